@@ -1,0 +1,64 @@
+# The two README commands are `make demo` and `make test`; both set everything up themselves.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
+export CDK_DISABLE_VERSION_CHECK := 1
+
+.PHONY: help deps java-check lint typecheck test test-fast demo synth deploy bench soak clean
+
+help:
+	@echo "make demo    - the local fleet: DynamoDB Local, a feed, workers, a live view"
+	@echo "make test    - install everything, then ruff, mypy --strict and every test"
+	@echo "make synth   - cdk synth, offline"
+	@echo "make deploy  - cdk bootstrap + deploy to the account in your AWS credentials"
+	@echo "make bench   - lease-protocol benchmarks (not part of make test)"
+
+$(BIN)/.installed: requirements.txt requirements-dev.txt worker_src/requirements.txt worker_src/pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	@touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+java-check:
+	@bash scripts/check-java.sh
+
+deps: $(BIN)/.installed node_modules/.installed java-check
+
+lint: deps
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: deps
+	$(BIN)/mypy
+
+test: lint typecheck
+	$(BIN)/pytest -q
+
+test-fast: deps
+	$(BIN)/pytest -q -m "not system"
+
+demo: deps
+	$(BIN)/leaseworker local up
+
+synth: deps
+	npx cdk synth --quiet
+
+deploy: deps
+	npx cdk bootstrap
+	npx cdk deploy --require-approval broadening
+
+bench: deps
+	$(BIN)/python bench/lease_bench.py
+
+soak: deps
+	$(BIN)/pytest -q -m system --count-soak
+
+clean:
+	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Everything that runs the system on one machine with no AWS account."""

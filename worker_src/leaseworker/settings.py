@@ -1,0 +1,183 @@
+"""The worker's settings: one frozen object, read from the environment once, validated.
+
+Every default is documented once, here (DESIGN.md §7 mirrors it). A broken rule raises
+`SettingsError` whose message is one line naming the variable, the value and the rule.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+LeaseMode = Literal["connection", "session"]
+
+DEFAULT_TABLE = "leaseworker-connections"
+ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+SHUTDOWN_GRACE_LIMIT_SECONDS = 120  # the Fargate stopTimeout ceiling
+
+
+class SettingsError(ValueError):
+    """A configuration value broke a rule; str() is the one-line explanation."""
+
+    def __init__(self, name: str, value: object, rule: str) -> None:
+        super().__init__(f"invalid {name}={value!r}: {rule}")
+        self.name = name
+        self.value = value
+        self.rule = rule
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    table_name: str = DEFAULT_TABLE
+    lease_mode: LeaseMode = "connection"
+    lease_seconds: float = 20.0
+    heartbeat_seconds: float = 5.0
+    reconcile_seconds: float = 5.0  # the seed reconciled every 60 s; see DESIGN.md §2a
+    checkpoint_seconds: float = 5.0
+    max_clock_skew_ms: int = 1000
+    max_connections: int = 1000
+    metrics_seconds: float = 30.0
+    shutdown_grace_seconds: float = 60.0
+    sink: str = "stdout"
+    notify_queue_url: str | None = None
+    worker_id: str = ""
+    allow_insecure_ws: bool = False
+    otel_endpoint: str | None = None
+    endpoint_url: str | None = None
+    region: str | None = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def max_clock_skew_seconds(self) -> float:
+        return self.max_clock_skew_ms / 1000.0
+
+    @property
+    def fence_margin_seconds(self) -> float:
+        """Safety margin subtracted from the local lease deadline (DESIGN.md §2d).
+
+        A tenth of the lease, at most one heartbeat: enough to cover event-loop latency
+        between checking validity and the sink write, without fencing on every hiccup.
+        """
+        return min(self.lease_seconds / 10.0, self.heartbeat_seconds)
+
+    @property
+    def local_validity_seconds(self) -> float:
+        """How long a lease stays valid locally after the renewal that confirmed it was sent."""
+        return self.lease_seconds - self.max_clock_skew_seconds - self.fence_margin_seconds
+
+    def validate(self) -> None:
+        if not self.table_name:
+            raise SettingsError("TABLE_NAME", self.table_name, "is required")
+        if self.lease_mode not in ("connection", "session"):
+            raise SettingsError("LEASE_MODE", self.lease_mode, "must be one of connection, session")
+        for name, value in (
+            ("HEARTBEAT_SECONDS", self.heartbeat_seconds),
+            ("RECONCILE_SECONDS", self.reconcile_seconds),
+            ("CHECKPOINT_SECONDS", self.checkpoint_seconds),
+            ("METRICS_SECONDS", self.metrics_seconds),
+            ("MAX_CONNECTIONS", self.max_connections),
+            ("SHUTDOWN_GRACE_SECONDS", self.shutdown_grace_seconds),
+        ):
+            if value <= 0:
+                raise SettingsError(name, value, "must be > 0")
+        if self.lease_seconds < 3 * self.heartbeat_seconds:
+            raise SettingsError(
+                "LEASE_SECONDS",
+                self.lease_seconds,
+                f"must be >= 3 x HEARTBEAT_SECONDS ({3 * self.heartbeat_seconds:g})",
+            )
+        if self.max_clock_skew_ms < 0 or self.max_clock_skew_ms >= self.lease_seconds * 1000 / 4:
+            raise SettingsError(
+                "MAX_CLOCK_SKEW_MS",
+                self.max_clock_skew_ms,
+                f"must be >= 0 and < LEASE_SECONDS/4 ({self.lease_seconds * 1000 / 4:g} ms)",
+            )
+        if self.shutdown_grace_seconds > SHUTDOWN_GRACE_LIMIT_SECONDS:
+            raise SettingsError(
+                "SHUTDOWN_GRACE_SECONDS",
+                self.shutdown_grace_seconds,
+                f"must be <= {SHUTDOWN_GRACE_LIMIT_SECONDS} (the Fargate stopTimeout limit)",
+            )
+        if not ID_PATTERN.fullmatch(self.worker_id):
+            raise SettingsError("WORKER_ID", self.worker_id, "must match [A-Za-z0-9._:-]{1,128}")
+        validate_sink(self.sink)
+
+
+def validate_sink(spec: str) -> None:
+    kind, _, arg = spec.partition(":")
+    if kind in ("stdout", "null") and not arg:
+        return
+    if kind in ("kinesis", "file") and arg:
+        return
+    raise SettingsError("SINK", spec, "must be stdout, null, file:<dir> or kinesis:<stream>")
+
+
+def default_worker_id(env: Mapping[str, str]) -> str:
+    """ECS task id + suffix on Fargate; host-pid-suffix locally (DESIGN.md §3)."""
+    suffix = secrets.token_hex(3)
+    metadata_uri = env.get("ECS_CONTAINER_METADATA_URI_V4", "")
+    if metadata_uri:
+        # The v4 metadata URI ends in the task id followed by a container-scoped suffix:
+        # .../v4/<task-id>-<n>; the task id is what operators see in the console.
+        task_part = metadata_uri.rstrip("/").rsplit("/", 1)[-1].split("-", 1)[0]
+        base = re.sub(r"[^A-Za-z0-9._:-]", "-", task_part)[:100] or "ecs"
+        return f"{base}-{suffix}"
+    host = re.sub(r"[^A-Za-z0-9._:-]", "-", socket.gethostname())[:80] or "host"
+    return f"{host}-{os.getpid()}-{suffix}"
+
+
+def _number(env: Mapping[str, str], name: str, default: float, parse: Callable[[str], float]) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return parse(raw.strip())
+    except ValueError:
+        kind = "an integer" if parse is int else "a number"
+        raise SettingsError(name, raw, f"must be {kind}") from None
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(name, raw, "must be true or false")
+
+
+def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+    """Read the environment once. `overrides` (from CLI flags) win over the environment."""
+    source: Mapping[str, str] = os.environ if env is None else env
+    mode = source.get("LEASE_MODE", "connection").strip() or "connection"
+    values: dict[str, object] = {
+        "table_name": source.get("TABLE_NAME", DEFAULT_TABLE),
+        "lease_mode": mode,
+        "lease_seconds": _number(source, "LEASE_SECONDS", 20.0, float),
+        "heartbeat_seconds": _number(source, "HEARTBEAT_SECONDS", 5.0, float),
+        "reconcile_seconds": _number(source, "RECONCILE_SECONDS", 5.0, float),
+        "checkpoint_seconds": _number(source, "CHECKPOINT_SECONDS", 5.0, float),
+        "max_clock_skew_ms": int(_number(source, "MAX_CLOCK_SKEW_MS", 1000, int)),
+        "max_connections": int(_number(source, "MAX_CONNECTIONS", 1000, int)),
+        "metrics_seconds": _number(source, "METRICS_SECONDS", 30.0, float),
+        "shutdown_grace_seconds": _number(source, "SHUTDOWN_GRACE_SECONDS", 60.0, float),
+        "sink": source.get("SINK", "stdout").strip() or "stdout",
+        "notify_queue_url": source.get("NOTIFY_QUEUE_URL") or None,
+        "worker_id": source.get("WORKER_ID") or default_worker_id(source),
+        "allow_insecure_ws": _bool(source, "ALLOW_INSECURE_WS", False),
+        "otel_endpoint": source.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
+        "endpoint_url": source.get("AWS_ENDPOINT_URL") or None,
+        "region": source.get("AWS_REGION") or source.get("AWS_DEFAULT_REGION") or None,
+    }
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return Settings(**values)  # type: ignore[arg-type]  # values are validated in __post_init__
