@@ -1,0 +1,134 @@
+"""`seqfeed/1`, the reference upstream protocol (DESIGN.md §4).
+
+Client → upstream, first frame:
+    {"type":"subscribe","connection_id":ID,"after_seq":N,"epoch":E,"worker_id":W}
+Upstream → client:
+    {"type":"data","seq":n,"data":...}      n = N+1, N+2, … contiguous, replay first
+    {"type":"error","code":...,"message":...} then a close; `stale_epoch` = a higher epoch exists
+
+Anything else (a gap, a duplicate or backwards seq, non-JSON, a non-object, a missing or
+mistyped field, an unknown type, a frame over MAX_FRAME_BYTES) is a ProtocolError.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from leaseworker.protocol.base import DataFrame, ErrorFrame, ProtocolError
+
+NAME: Final = "seqfeed/1"
+MAX_FRAME_BYTES: Final = 1024 * 1024
+STALE_EPOCH: Final = "stale_epoch"
+
+_SNIPPET = 80  # how much of a bad frame goes into an error message
+
+
+def subscribe_frame(*, connection_id: str, after_seq: int, epoch: int, worker_id: str) -> str:
+    return json.dumps(
+        {
+            "type": "subscribe",
+            "connection_id": connection_id,
+            "after_seq": after_seq,
+            "epoch": epoch,
+            "worker_id": worker_id,
+        },
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def _is_int(value: object) -> bool:
+    # bool is a subclass of int in Python; `true` is not a sequence number.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _snippet(frame: str | bytes) -> str:
+    text = frame if isinstance(frame, str) else frame[:_SNIPPET].decode("utf-8", "replace")
+    return repr(text[:_SNIPPET])
+
+
+class SeqfeedDecoder:
+    """Sans-I/O decoder for one subscription: bytes/text in, frames or ProtocolError out."""
+
+    def __init__(self, after_seq: int) -> None:
+        if not _is_int(after_seq) or after_seq < -1:
+            raise ValueError(f"after_seq must be an int >= -1, got {after_seq!r}")
+        self._last_seq = after_seq
+
+    @property
+    def last_seq(self) -> int:
+        return self._last_seq
+
+    def decode(self, frame: str | bytes) -> DataFrame | ErrorFrame:
+        # Size first, before paying for a parse. For str, len() counts code points; a frame of
+        # more code points than MAX_FRAME_BYTES is certainly oversized, and otherwise the UTF-8
+        # length decides (encoding is only paid for frames that might be close to the limit).
+        if len(frame) > MAX_FRAME_BYTES or (
+            isinstance(frame, str) and len(frame) * 4 > MAX_FRAME_BYTES and _utf8_len(frame) > MAX_FRAME_BYTES
+        ):
+            raise ProtocolError("oversized", f"frame exceeds {MAX_FRAME_BYTES} bytes")
+        try:
+            message: Any = json.loads(frame)
+        except (ValueError, UnicodeDecodeError) as exc:
+            # json.JSONDecodeError is a ValueError; bytes that are not UTF-8 raise UnicodeDecodeError.
+            raise ProtocolError(
+                "bad_json", f"not JSON ({exc.__class__.__name__}): {_snippet(frame)}"
+            ) from None
+        if not isinstance(message, dict):
+            raise ProtocolError("bad_frame", f"not a JSON object: {_snippet(frame)}")
+        kind = message.get("type")
+        if kind == "data":
+            return self._data(message)
+        if kind == "error":
+            return _error(message)
+        if kind is None:
+            raise ProtocolError("bad_frame", "missing 'type'")
+        raise ProtocolError("unexpected", f"unexpected frame type {kind!r}"[: _SNIPPET * 2])
+
+    def _data(self, message: dict[str, Any]) -> DataFrame:
+        if "seq" not in message:
+            raise ProtocolError("bad_frame", "data frame without 'seq'")
+        if "data" not in message:
+            raise ProtocolError("bad_frame", "data frame without 'data'")
+        seq = message["seq"]
+        if not _is_int(seq):
+            raise ProtocolError("bad_frame", f"data frame 'seq' is not an integer: {seq!r}"[: _SNIPPET * 2])
+        expected = self._last_seq + 1
+        if seq != expected:
+            # A gap loses messages; a duplicate or backwards seq means the upstream is not
+            # honouring after_seq. Either way, resubscribing after the last delivered seq is the fix.
+            what = "gap" if seq > expected else "duplicate or backwards seq"
+            raise ProtocolError("gap", f"{what}: expected seq {expected}, got {seq}")
+        self._last_seq = seq
+        return DataFrame(seq=seq, data=message["data"])
+
+
+def _error(message: dict[str, Any]) -> ErrorFrame:
+    code = message.get("code")
+    text = message.get("message", "")
+    if not isinstance(code, str) or not code:
+        raise ProtocolError("bad_frame", "error frame without a string 'code'")
+    if not isinstance(text, str):
+        raise ProtocolError("bad_frame", "error frame 'message' is not a string")
+    return ErrorFrame(code=code, message=text)
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+class SeqfeedProtocol:
+    """The `seqfeed/1` adapter: one subscribe frame, then contiguous data frames."""
+
+    name: str = NAME
+
+    def opening_frames(self, *, connection_id: str, after_seq: int, epoch: int, worker_id: str) -> list[str]:
+        return [
+            subscribe_frame(
+                connection_id=connection_id, after_seq=after_seq, epoch=epoch, worker_id=worker_id
+            )
+        ]
+
+    def decoder(self, after_seq: int) -> SeqfeedDecoder:
+        return SeqfeedDecoder(after_seq)
