@@ -1,0 +1,45 @@
+"""Fixtures for the worker's integration tests: a fresh lease table per test on DynamoDB Local."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import aioboto3
+import pytest
+from types_aiobotocore_dynamodb import DynamoDBClient
+
+from leaseworker.aws import LEASE_CLIENT_CONFIG
+from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.settings import Settings
+
+
+@pytest.fixture
+async def ddb(dynamodb_endpoint: str) -> AsyncIterator[DynamoDBClient]:
+    session = aioboto3.Session()
+    async with session.client(
+        "dynamodb", endpoint_url=dynamodb_endpoint, region_name="us-east-1", config=LEASE_CLIENT_CONFIG
+    ) as client:
+        yield client
+
+
+@pytest.fixture
+async def table(ddb: DynamoDBClient) -> str:
+    name = f"leases-{uuid.uuid4().hex[:8]}"
+    assert await LeaseTableAdmin(ddb, name).create_table()
+    return name
+
+
+@pytest.fixture
+def settings(table: str, dynamodb_endpoint: str) -> Settings:
+    return Settings(
+        table_name=table,
+        lease_seconds=3.0,
+        heartbeat_seconds=1.0,
+        reconcile_seconds=1.0,
+        checkpoint_seconds=1.0,
+        max_clock_skew_ms=200,
+        worker_id="test-worker",
+        endpoint_url=dynamodb_endpoint,
+        region="us-east-1",
+    )

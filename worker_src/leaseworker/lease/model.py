@@ -1,0 +1,166 @@
+"""Lease records and the pure decisions taken on them.
+
+Correctness model (connection mode, DESIGN.md §2a, §2d)
+------------------------------------------------------
+- Mutual exclusion comes from DynamoDB conditional writes, which are linearizable per item:
+  of many concurrent acquirers of one expired lease, exactly one UpdateItem succeeds, and it
+  increments `lease_epoch`. The epoch is the fencing token the sink records carry.
+- Expiry is judged by the *acquirer's* wall clock (`lease_expires_at_ms < now - MAX_CLOCK_SKEW_MS`),
+  so safety assumes every two workers' clocks differ by less than MAX_CLOCK_SKEW_MS.
+- The *holder* never trusts its wall clock to decide that it still holds a lease. It keeps a
+  monotonic deadline: the instant the last successful renewal was SENT, plus
+  LEASE_SECONDS - MAX_CLOCK_SKEW - margin. The renewal wrote an expiry of at least
+  wall(send) + LEASE_SECONDS, so while the holder's deadline has not passed no peer whose clock is
+  within the skew can consider the lease expired. Pauses (SIGSTOP, GC, partitions) only make the
+  holder's deadline pass sooner in real time, never later.
+- Not guaranteed: safety when clocks drift apart by more than MAX_CLOCK_SKEW_MS, or when the
+  monotonic clock stops while real time passes (system suspend) on a holder.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from leaseworker.settings import ID_PATTERN, Settings
+
+STARTED = "STARTED"
+STOPPED = "STOPPED"
+DESIRED_STATES = (STARTED, STOPPED)
+WORKER_KEY_PREFIX = "worker#"
+NO_CHECKPOINT = -1
+
+
+class InvalidConnectionId(ValueError):
+    def __init__(self, connection_id: str) -> None:
+        super().__init__(
+            f"invalid connection id {connection_id!r}: must match [A-Za-z0-9._:-]{{1,128}} "
+            f"and not start with {WORKER_KEY_PREFIX!r}"
+        )
+
+
+def check_connection_id(connection_id: str) -> str:
+    if not ID_PATTERN.fullmatch(connection_id) or connection_id.startswith(WORKER_KEY_PREFIX):
+        raise InvalidConnectionId(connection_id)
+    return connection_id
+
+
+class MalformedItem(ValueError):
+    """A connection item whose attributes are missing or of the wrong type."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionItem:
+    """A connection item as stored (DESIGN.md §2), decoded from DynamoDB's attribute values."""
+
+    connection_id: str
+    desired_state: str
+    ws_url: str
+    last_seq: int
+    lease_owner: str | None
+    lease_expires_at_ms: int
+    lease_epoch: int
+    failures: int = 0
+    last_error: str | None = None
+    updated_at_ms: int | None = None
+
+    @classmethod
+    def from_attributes(cls, item: Mapping[str, Any]) -> ConnectionItem:
+        cid = _string(item, "connection_id")
+        if cid is None:
+            raise MalformedItem("connection item without a string connection_id")
+        desired = _string(item, "desired_state")
+        if desired not in DESIRED_STATES:
+            raise MalformedItem(f"{cid}: desired_state must be STARTED or STOPPED, got {desired!r}")
+        url = _string(item, "ws_url")
+        if not url:
+            raise MalformedItem(f"{cid}: ws_url is missing or not a string")
+        return cls(
+            connection_id=cid,
+            desired_state=desired,
+            ws_url=url,
+            last_seq=_number(item, "last_seq", cid, default=NO_CHECKPOINT),
+            lease_owner=_string(item, "lease_owner"),
+            lease_expires_at_ms=_number(item, "lease_expires_at_ms", cid, default=0),
+            lease_epoch=_number(item, "lease_epoch", cid, default=0),
+            failures=_number(item, "failures", cid, default=0),
+            last_error=_string(item, "last_error"),
+            updated_at_ms=_number(item, "updated_at_ms", cid, default=0) or None,
+        )
+
+    def holder_at(self, now_ms: int, settings: Settings) -> str | None:
+        """The owner, if its lease is live as seen from a clock reading `now_ms`."""
+        if self.lease_owner and not is_expired(self.lease_expires_at_ms, now_ms, settings):
+            return self.lease_owner
+        return None
+
+
+def _string(item: Mapping[str, Any], name: str) -> str | None:
+    value = item.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("S"), str):
+        return None
+    text: str = value["S"]
+    return text
+
+
+def _number(item: Mapping[str, Any], name: str, cid: str, *, default: int) -> int:
+    value = item.get(name)
+    if value is None:
+        return default
+    raw = value.get("N") if isinstance(value, dict) else None
+    try:
+        return int(str(raw))
+    except ValueError:
+        raise MalformedItem(f"{cid}: {name} must be a number, got {value!r}") from None
+
+
+def is_expired(expires_at_ms: int, now_ms: int, settings: Settings) -> bool:
+    """The acquire rule: expired only once the expiry is older than the clock-skew allowance."""
+    return expires_at_ms < now_ms - settings.max_clock_skew_ms
+
+
+class LeaseState(enum.Enum):
+    ACQUIRING = "acquiring"  # the conditional write is in flight; nothing may be delivered yet
+    HELD = "held"  # renewed recently enough: deliveries allowed until `valid_until`
+    RELEASING = "releasing"  # shutting down or STOPPED: no new deliveries, release pending
+    LOST = "lost"  # another epoch owns it, or the local deadline passed: deliver nothing
+
+
+@dataclass(slots=True)
+class Lease:
+    """A lease this worker holds, with its local monotonic deadline (DESIGN.md §2d)."""
+
+    connection_id: str
+    epoch: int
+    owner: str
+    ws_url: str
+    start_seq: int  # the checkpoint at acquisition: delivery resumes after it
+    valid_until: float  # monotonic seconds
+    state: LeaseState = LeaseState.HELD
+    lost_reason: str | None = None
+
+    def is_valid(self, now: float) -> bool:
+        return self.state is LeaseState.HELD and now < self.valid_until
+
+    def renewed(self, sent_at: float, settings: Settings) -> None:
+        """A renewal sent at monotonic `sent_at` succeeded: extend the local deadline."""
+        if self.state is LeaseState.HELD:
+            self.valid_until = max(self.valid_until, local_deadline(sent_at, settings))
+
+    def lose(self, reason: str) -> None:
+        if self.state is not LeaseState.LOST:
+            self.state = LeaseState.LOST
+            self.lost_reason = reason
+
+
+def local_deadline(sent_at: float, settings: Settings) -> float:
+    return sent_at + settings.local_validity_seconds
+
+
+def renewal_timeout(lease: Lease, now: float, settings: Settings) -> float:
+    """A renewal must not outlive the lease's local validity (or one heartbeat)."""
+    return max(0.0, min(settings.heartbeat_seconds, lease.valid_until - now))

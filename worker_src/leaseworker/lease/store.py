@@ -1,0 +1,338 @@
+"""The DynamoDB lease store for `connection` mode (DESIGN.md §2a).
+
+Every write that acts on a lease is conditioned on owner and epoch; a lost race comes back as
+a value (`Lost`, `False`), while throttles and outages raise `StoreError` subclasses. Every
+call runs under `asyncio.timeout` and the client's retries are bounded, so one call can never
+block for longer than the caller allows (a throttling storm held one botocore call for 48 s
+with standard retries). `ReturnValuesOnConditionCheckFailure=ALL_OLD` tells us who holds a
+lease without a second read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from botocore.exceptions import BotoCoreError, ClientError
+from types_aiobotocore_dynamodb import DynamoDBClient
+
+from leaseworker.lease.errors import StoreThrottled, StoreUnavailable, TableMissing
+from leaseworker.lease.model import (
+    NO_CHECKPOINT,
+    STARTED,
+    ConnectionItem,
+    Lease,
+    MalformedItem,
+    local_deadline,
+)
+from leaseworker.settings import Settings
+
+GSI_BY_STATE_EXPIRY = "by-state-expiry"
+
+# Condition expressions, named once (STYLE.md §11).
+COND_ACQUIRE = (
+    "desired_state = :started AND "
+    "(attribute_not_exists(lease_expires_at_ms) OR lease_expires_at_ms < :now_minus_skew)"
+)
+COND_HELD = "lease_owner = :me AND lease_epoch = :epoch"
+COND_HELD_AND_STARTED = f"{COND_HELD} AND desired_state = :started"
+COND_EXISTS = "attribute_exists(connection_id)"
+COND_NEW = "attribute_not_exists(connection_id)"
+
+THROTTLE_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "TransactionInProgressException",
+    }
+)
+
+T = TypeVar("T")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Acquired:
+    lease: Lease
+    previous: ConnectionItem | None  # the item before our write: who held it, when it expired
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """Someone else won, or the connection is not acquirable (stopped, gone, live)."""
+
+    holder: str | None
+    epoch: int | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Malformed:
+    """We won the write but the item cannot be served; it has been marked failed."""
+
+    connection_id: str
+    reason: str
+
+
+AcquireResult = Acquired | Lost | Malformed
+
+
+@dataclass(frozen=True, slots=True)
+class Renewed:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """We still own it, but an operator set desired_state = STOPPED: close and release."""
+
+
+RenewResult = Renewed | Lost | Stopped
+
+
+class LeaseStore:
+    """Conditional reads and writes of connection items, each with a deadline."""
+
+    def __init__(self, client: DynamoDBClient, settings: Settings, *, call_timeout: float = 5.0) -> None:
+        self._client = client
+        self._settings = settings
+        self._table = settings.table_name
+        self._call_timeout = call_timeout
+
+    # ------------------------------------------------------------------ lease operations
+
+    async def acquire(self, connection_id: str, me: str) -> AcquireResult:
+        sent_at = time.monotonic()
+        now = now_ms()
+        try:
+            response = await self._call(
+                self._client.update_item(
+                    TableName=self._table,
+                    Key={"connection_id": {"S": connection_id}},
+                    UpdateExpression=(
+                        "SET lease_owner = :me, lease_expires_at_ms = :expires, updated_at_ms = :now "
+                        "ADD lease_epoch :one"
+                    ),
+                    ConditionExpression=COND_ACQUIRE,
+                    ExpressionAttributeValues={
+                        ":me": {"S": me},
+                        ":expires": {"N": str(now + self._lease_ms)},
+                        ":now": {"N": str(now)},
+                        ":one": {"N": "1"},
+                        ":started": {"S": STARTED},
+                        ":now_minus_skew": {"N": str(now - self._settings.max_clock_skew_ms)},
+                    },
+                    ReturnValues="ALL_OLD",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+            )
+        except ClientError as error:
+            if _code(error) != "ConditionalCheckFailedException":
+                raise _translate(error) from error
+            return _lost_from(error, "not acquirable")
+        old = response.get("Attributes", {})
+        epoch = int(old.get("lease_epoch", {}).get("N", "0")) + 1
+        lease = Lease(
+            connection_id=connection_id,
+            epoch=epoch,
+            owner=me,
+            ws_url="",
+            start_seq=NO_CHECKPOINT,
+            valid_until=local_deadline(sent_at, self._settings),
+        )
+        try:
+            previous = ConnectionItem.from_attributes(old)
+        except MalformedItem as problem:
+            await self.mark_failed(lease, str(problem))
+            return Malformed(connection_id, str(problem))
+        lease.ws_url = previous.ws_url
+        lease.start_seq = previous.last_seq
+        return Acquired(lease, previous)
+
+    async def renew(self, lease: Lease, *, timeout: float) -> RenewResult:
+        """Extend one lease; the caller sets `timeout` no later than the lease's local validity."""
+        now = now_ms()
+        try:
+            await self._call(
+                self._client.update_item(
+                    TableName=self._table,
+                    Key={"connection_id": {"S": lease.connection_id}},
+                    UpdateExpression="SET lease_expires_at_ms = :expires",
+                    ConditionExpression=COND_HELD_AND_STARTED,
+                    ExpressionAttributeValues={
+                        ":me": {"S": lease.owner},
+                        ":epoch": {"N": str(lease.epoch)},
+                        ":started": {"S": STARTED},
+                        ":expires": {"N": str(now + self._lease_ms)},
+                    },
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                ),
+                timeout=timeout,
+            )
+        except ClientError as error:
+            if _code(error) != "ConditionalCheckFailedException":
+                raise _translate(error) from error
+            old = _old_item(error)
+            if (
+                old.get("lease_owner", {}).get("S") == lease.owner
+                and old.get("lease_epoch", {}).get("N") == str(lease.epoch)
+            ):
+                return Stopped()
+            return _lost_from(error, "renewal refused")
+        return Renewed()
+
+    async def checkpoint(self, lease: Lease, seq: int) -> bool:
+        """Record that the sink durably accepted everything up to `seq`. False: we lost the lease."""
+        return await self._conditional(
+            lease,
+            "SET last_seq = :seq, updated_at_ms = :now",
+            {":seq": {"N": str(seq)}, ":now": {"N": str(now_ms())}},
+        )
+
+    async def release(self, lease: Lease, last_seq: int | None) -> bool:
+        """Give the lease up at once (expiry 0), writing the final checkpoint with it."""
+        update = "SET lease_expires_at_ms = :zero, updated_at_ms = :now REMOVE lease_owner"
+        values: dict[str, Any] = {":zero": {"N": "0"}, ":now": {"N": str(now_ms())}}
+        if last_seq is not None and last_seq > lease.start_seq:
+            update = "SET lease_expires_at_ms = :zero, updated_at_ms = :now, last_seq = :seq REMOVE lease_owner"
+            values[":seq"] = {"N": str(last_seq)}
+        return await self._conditional(lease, update, values)
+
+    async def record_failure(self, lease: Lease, reason: str) -> bool:
+        return await self._conditional(
+            lease,
+            "SET last_error = :error, updated_at_ms = :now ADD failures :one",
+            {":error": {"S": reason[:500]}, ":now": {"N": str(now_ms())}, ":one": {"N": "1"}},
+        )
+
+    async def mark_failed(self, lease: Lease, reason: str) -> bool:
+        """A connection that can never work: stop it with a reason instead of bouncing it."""
+        return await self._conditional(
+            lease,
+            "SET desired_state = :stopped, last_error = :error, lease_expires_at_ms = :zero, "
+            "updated_at_ms = :now ADD failures :one REMOVE lease_owner",
+            {
+                ":stopped": {"S": "STOPPED"},
+                ":error": {"S": f"failed: {reason}"[:500]},
+                ":zero": {"N": "0"},
+                ":now": {"N": str(now_ms())},
+                ":one": {"N": "1"},
+            },
+        )
+
+    async def find_orphans(self, limit: int) -> list[str]:
+        """STARTED connections that are free: new (expiry 0), released (0) or expired."""
+        threshold = now_ms() - self._settings.max_clock_skew_ms
+        found: list[str] = []
+        start_key: dict[str, Any] | None = None
+        while len(found) < limit:
+            kwargs: dict[str, Any] = {
+                "TableName": self._table,
+                "IndexName": GSI_BY_STATE_EXPIRY,
+                "KeyConditionExpression": "desired_state = :started AND lease_expires_at_ms < :threshold",
+                "ExpressionAttributeValues": {":started": {"S": STARTED}, ":threshold": {"N": str(threshold)}},
+                "ProjectionExpression": "connection_id",
+                "Limit": max(1, min(limit - len(found), 1000)),
+            }
+            if start_key:
+                kwargs["ExclusiveStartKey"] = start_key
+            response = await self._call(self._client.query(**kwargs))
+            found.extend(item["connection_id"]["S"] for item in response.get("Items", []))
+            start_key = response.get("LastEvaluatedKey")
+            if not start_key:
+                break
+        return found[:limit]
+
+    async def get(self, connection_id: str) -> ConnectionItem | None:
+        response = await self._call(
+            self._client.get_item(
+                TableName=self._table, Key={"connection_id": {"S": connection_id}}, ConsistentRead=True
+            )
+        )
+        item = response.get("Item")
+        return ConnectionItem.from_attributes(item) if item else None
+
+    # ------------------------------------------------------------------ plumbing
+
+    @property
+    def _lease_ms(self) -> int:
+        return int(self._settings.lease_seconds * 1000)
+
+    async def _conditional(self, lease: Lease, update: str, values: dict[str, Any]) -> bool:
+        try:
+            await self._call(
+                self._client.update_item(
+                    TableName=self._table,
+                    Key={"connection_id": {"S": lease.connection_id}},
+                    UpdateExpression=update,
+                    ConditionExpression=COND_HELD,
+                    ExpressionAttributeValues={
+                        ":me": {"S": lease.owner},
+                        ":epoch": {"N": str(lease.epoch)},
+                        **values,
+                    },
+                )
+            )
+        except ClientError as error:
+            if _code(error) == "ConditionalCheckFailedException":
+                return False
+            raise _translate(error) from error
+        return True
+
+    async def _call(self, awaitable: Awaitable[T], *, timeout: float | None = None) -> T:
+        limit = self._call_timeout if timeout is None else timeout
+        try:
+            async with asyncio.timeout(limit):
+                return await awaitable
+        except TimeoutError:
+            raise StoreUnavailable(f"DynamoDB call exceeded its {limit:.2f} s deadline") from None
+        except BotoCoreError as error:
+            raise StoreUnavailable(f"DynamoDB unreachable: {error}") from error
+
+
+@asynccontextmanager
+async def translated_errors() -> AsyncIterator[None]:
+    """For admin calls made outside the store: map ClientError to typed errors."""
+    try:
+        yield
+    except ClientError as error:
+        raise _translate(error) from error
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def _translate(error: ClientError) -> Exception:
+    code = _code(error)
+    message = str(error.response.get("Error", {}).get("Message", code))
+    if code in THROTTLE_CODES:
+        return StoreThrottled(f"{code}: {message}")
+    if code == "ResourceNotFoundException":
+        return TableMissing(message)
+    return StoreUnavailable(f"{code}: {message}")
+
+
+def _old_item(error: ClientError) -> dict[str, Any]:
+    item: dict[str, Any] = dict(error.response.get("Item", {}))  # type: ignore[arg-type]
+    return item
+
+
+def _lost_from(error: ClientError, reason: str) -> Lost:
+    old = _old_item(error)
+    if not old:
+        return Lost(None, None, f"{reason}: no such connection")
+    holder = old.get("lease_owner", {}).get("S")
+    epoch_raw = old.get("lease_epoch", {}).get("N")
+    state = old.get("desired_state", {}).get("S")
+    detail = f"held by {holder} at epoch {epoch_raw}" if holder else f"desired_state {state}"
+    return Lost(holder, int(epoch_raw) if epoch_raw else None, f"{reason}: {detail}")
+
