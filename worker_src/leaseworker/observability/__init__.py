@@ -1,0 +1,1 @@
+"""Observability for the worker: JSON logs, EMF metrics and OpenTelemetry traces (DESIGN.md §8)."""
