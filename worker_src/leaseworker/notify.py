@@ -1,0 +1,179 @@
+"""Change notifications over SQS (DESIGN.md §6): a fast path, never a correctness mechanism.
+
+After add/start/stop/release, the CLI and the workers send
+`{"type":"connection_changed","connection_id":ID}` to NOTIFY_QUEUE_URL. A worker that receives
+one re-examines that connection at once (acquire it if free, close and release it if STOPPED)
+instead of waiting for the next reconcile.
+
+All workers long-poll one shared queue, so each message reaches exactly one worker, not all of
+them; the rest learn of the change at their next reconcile (every RECONCILE_SECONDS). That is
+acceptable because a notification is only a hint:
+- nothing is lost if it is dropped, delayed, duplicated or consumed by the "wrong" worker;
+- the lease table is the only source of truth, and reconcile is the backstop.
+
+Hence the failure policy here: sending never raises and is bounded by a short timeout; receiving
+deletes every message it gets (valid or not: a malformed one would only come back), logs and
+drops malformed ones, and backs off on errors without ever ending the loop except on `stop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
+
+from leaseworker.observability.logging import get_logger
+from leaseworker.settings import ID_PATTERN
+
+if TYPE_CHECKING:
+    from types_aiobotocore_sqs import SQSClient
+    from types_aiobotocore_sqs.type_defs import DeleteMessageBatchRequestEntryTypeDef, MessageTypeDef
+
+__all__ = ["MESSAGE_TYPE", "Notifier", "encode_message", "notifications", "parse_message"]
+
+log = get_logger(__name__)
+
+MESSAGE_TYPE = "connection_changed"
+MAX_MESSAGES = 10  # the SQS ReceiveMessage / DeleteMessageBatch maximum
+BACKOFF_BASE_SECONDS = 0.5
+BACKOFF_CAP_SECONDS = 20.0
+# A long poll returns after WaitTimeSeconds; anything much longer is a hung connection.
+RECEIVE_SLACK_SECONDS = 10.0
+
+
+def encode_message(connection_id: str) -> str:
+    """The exact wire form: `{"type":"connection_changed","connection_id":ID}`."""
+    return json.dumps({"type": MESSAGE_TYPE, "connection_id": connection_id}, separators=(",", ":"))
+
+
+def parse_message(body: str) -> str | None:
+    """The connection id of a valid notification, or None for anything else."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(payload, dict) or payload.get("type") != MESSAGE_TYPE:
+        return None
+    connection_id = payload.get("connection_id")
+    if not isinstance(connection_id, str) or not ID_PATTERN.fullmatch(connection_id):
+        return None
+    return connection_id
+
+
+class Notifier:
+    """Sends change notifications; a no-op without a queue. Never raises."""
+
+    def __init__(self, client: SQSClient | None, queue_url: str | None, *, timeout: float = 2.0) -> None:
+        self._client = client
+        self._queue_url = queue_url
+        self._timeout = timeout
+
+    @property
+    def enabled(self) -> bool:
+        return self._client is not None and bool(self._queue_url)
+
+    async def connection_changed(self, connection_id: str) -> None:
+        """Tell some worker that `connection_id` changed. Bounded by `timeout`; errors are logged."""
+        if self._client is None or not self._queue_url:
+            return
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._client.send_message(
+                    QueueUrl=self._queue_url, MessageBody=encode_message(connection_id)
+                )
+        except TimeoutError:
+            log.warning(
+                "notification timed out; peers will see the change at reconcile",
+                connection_id=connection_id,
+                timeout_seconds=self._timeout,
+            )
+        except Exception as exc:
+            log.warning(
+                "notification failed; peers will see the change at reconcile",
+                connection_id=connection_id,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+
+
+def _backoff_delays(base: float = BACKOFF_BASE_SECONDS, cap: float = BACKOFF_CAP_SECONDS) -> Iterator[float]:
+    """Capped exponential backoff with jitter: each delay is uniform in [d/2, d]."""
+    attempt = 0
+    while True:
+        delay = min(cap, base * 2**attempt)
+        yield random.uniform(delay / 2, delay)
+        attempt = min(attempt + 1, 30)
+
+
+async def _sleep_unless_stopped(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+    except TimeoutError:
+        pass
+
+
+async def _delete(client: SQSClient, queue_url: str, messages: list[MessageTypeDef]) -> None:
+    entries: list[DeleteMessageBatchRequestEntryTypeDef] = [
+        {"Id": str(index), "ReceiptHandle": message["ReceiptHandle"]}
+        for index, message in enumerate(messages)
+        if "ReceiptHandle" in message
+    ]
+    if not entries:
+        return
+    try:
+        result = await client.delete_message_batch(QueueUrl=queue_url, Entries=entries)
+    except Exception as exc:
+        # The messages become visible again and are re-read: a duplicate hint is harmless.
+        log.warning("deleting notifications failed", error=f"{type(exc).__name__}: {exc}")
+        return
+    for failure in result.get("Failed", []):
+        log.warning("deleting a notification failed", code=failure.get("Code"), entry=failure.get("Id"))
+
+
+async def notifications(
+    client: SQSClient,
+    queue_url: str,
+    *,
+    wait_seconds: int = 2,
+    stop: asyncio.Event,
+) -> AsyncIterator[str]:
+    """Yield connection ids from the notification queue until `stop` is set.
+
+    Long-polls for up to `wait_seconds`, so it ends at most about `wait_seconds` after `stop` is
+    set. Every received message is deleted (before its ids are yielded: a hint may be lost, never
+    looped). Errors back off (capped, jittered) and never end the iteration.
+    """
+    delays = _backoff_delays()
+    while not stop.is_set():
+        try:
+            async with asyncio.timeout(wait_seconds + RECEIVE_SLACK_SECONDS):
+                response = await client.receive_message(
+                    QueueUrl=queue_url, WaitTimeSeconds=wait_seconds, MaxNumberOfMessages=MAX_MESSAGES
+                )
+        except Exception as exc:  # includes TimeoutError; CancelledError propagates
+            delay = next(delays)
+            log.warning(
+                "receiving notifications failed; backing off",
+                error=f"{type(exc).__name__}: {exc}",
+                retry_in_seconds=round(delay, 2),
+            )
+            await _sleep_unless_stopped(stop, delay)
+            continue
+        delays = _backoff_delays()  # a good call resets the backoff
+
+        messages = response.get("Messages", [])
+        if not messages:
+            continue
+        await _delete(client, queue_url, messages)
+        seen: set[str] = set()
+        for message in messages:
+            body = message.get("Body", "")
+            connection_id = parse_message(body)
+            if connection_id is None:
+                log.warning("dropping a malformed notification", body=body[:200])
+                continue
+            if connection_id not in seen:
+                seen.add(connection_id)
+                yield connection_id
