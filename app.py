@@ -1,0 +1,31 @@
+#!/usr/bin/env python3
+"""CDK entry point: the only place that reads context.
+
+The context is read once into a frozen, validated `LeaseworkerConfig`; a bad value stops
+synth with one line on stderr naming the parameter, the value and the rule (exit 1).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from aws_cdk import App
+
+from stacks.application import build
+from stacks.config import ConfigError, load_config
+
+
+def main() -> int:
+    app = App()
+    try:
+        config = load_config(app.node.try_get_context)
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return 1
+    build(app, config)
+    app.synth()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

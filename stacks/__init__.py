@@ -1,0 +1,1 @@
+"""The leaseworker CDK application: one stack composing one construct per concern."""

@@ -1,0 +1,312 @@
+"""The deployment configuration: CDK context read once into a frozen, validated object.
+
+Only `app.py` (through `load_config`) reads context; constructs receive typed values.
+Every default is documented once, in `PARAMETERS` below; cdk.json repeats them so that
+`cdk context` shows them, and a test keeps the two in step.
+
+`-c name=value` arrives as a string, cdk.json values arrive as JSON types: both are accepted,
+and parsed strictly (no floats for integers, no "yes" for booleans). A broken rule raises
+`ConfigError`, whose message is one line naming the parameter, the value and the rule.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+Stage = Literal["dev", "prod"]
+LeaseMode = Literal["connection", "session"]
+SinkKind = Literal["kinesis", "null", "stdout"]
+
+# The Fargate ceiling for a container's stopTimeout (ECS ContainerDefinition.stopTimeout).
+FARGATE_MAX_STOP_TIMEOUT_SECONDS = 120
+
+# Valid Fargate task sizes (Linux): cpu units -> allowed memory in MiB.
+FARGATE_TASK_SIZES: Mapping[int, tuple[int, ...]] = {
+    256: (512, 1024, 2048),
+    512: tuple(range(1024, 4096 + 1, 1024)),
+    1024: tuple(range(2048, 8192 + 1, 1024)),
+    2048: tuple(range(4096, 16384 + 1, 1024)),
+    4096: tuple(range(8192, 30720 + 1, 1024)),
+    8192: tuple(range(16384, 61440 + 1, 4096)),
+    16384: tuple(range(32768, 122880 + 1, 8192)),
+}
+
+# The VPC spans this many availability zones; natGateways may not exceed it.
+VPC_MAX_AZS = 2
+
+_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
+_ACCOUNT = re.compile(r"[0-9]{12}")
+_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]")
+_NAMESPACE = re.compile(r"[A-Za-z0-9._/#:-]{1,255}")
+_INT = re.compile(r"[+-]?[0-9]+")
+
+# The account/region used when none is given: synth is deterministic and offline, and
+# cdk.context.json carries the availability-zone facts for exactly this pair.
+DEFAULT_ACCOUNT = "123456789012"
+DEFAULT_REGION = "us-east-1"
+
+# The Powertools `service` dimension the worker's EMF metrics carry (POWERTOOLS_SERVICE_NAME).
+SERVICE_NAME = "leaseworker"
+# The ADOT sidecar's OTLP/HTTP receiver, reachable on localhost inside the awsvpc task.
+OTLP_HTTP_ENDPOINT = "http://localhost:4318"
+
+
+class ConfigError(ValueError):
+    """A context value broke a rule; str() is the one-line explanation."""
+
+    def __init__(self, name: str, value: object, rule: str) -> None:
+        super().__init__(f"invalid context {name}={value!r}: {rule}")
+        self.name = name
+        self.value = value
+        self.rule = rule
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseworkerConfig:
+    """Everything the stack needs, validated. Field defaults are the documented defaults."""
+
+    stage: Stage = "dev"
+    account: str = DEFAULT_ACCOUNT
+    region: str = DEFAULT_REGION
+    # Lease protocol (DESIGN.md §2, §7), passed to the worker as environment variables.
+    lease_mode: LeaseMode = "connection"
+    lease_seconds: int = 20
+    heartbeat_seconds: int = 5
+    reconcile_seconds: int = 5
+    checkpoint_seconds: int = 5
+    max_clock_skew_ms: int = 1000
+    max_connections_per_task: int = 1000
+    stop_timeout_seconds: int = 60
+    metrics_seconds: int = 30
+    sink: SinkKind = "kinesis"
+    # Fleet and network.
+    min_tasks: int = 1
+    max_tasks: int = 10
+    task_cpu: int = 512
+    task_memory_mib: int = 1024
+    nat_gateways: int = 1
+    # Autoscaling on the average of ActiveConnections per task.
+    scale_target_connections: int = 700
+    scale_in_cooldown_seconds: int = 300
+    scale_out_cooldown_seconds: int = 60
+    # Observability.
+    alarm_email: str | None = None
+    metrics_namespace: str = "Leaseworker"
+
+    @property
+    def is_prod(self) -> bool:
+        return self.stage == "prod"
+
+    def worker_environment(self) -> dict[str, str]:
+        """The config-derived part of the container environment (DESIGN.md §7).
+
+        The stack adds the resource-derived variables: TABLE_NAME, NOTIFY_QUEUE_URL, SINK.
+        """
+        return {
+            "LEASE_MODE": self.lease_mode,
+            "LEASE_SECONDS": str(self.lease_seconds),
+            "HEARTBEAT_SECONDS": str(self.heartbeat_seconds),
+            "RECONCILE_SECONDS": str(self.reconcile_seconds),
+            "CHECKPOINT_SECONDS": str(self.checkpoint_seconds),
+            "MAX_CLOCK_SKEW_MS": str(self.max_clock_skew_ms),
+            "MAX_CONNECTIONS": str(self.max_connections_per_task),
+            "SHUTDOWN_GRACE_SECONDS": str(self.stop_timeout_seconds),
+            "METRICS_SECONDS": str(self.metrics_seconds),
+            "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+            "POWERTOOLS_METRICS_NAMESPACE": self.metrics_namespace,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": OTLP_HTTP_ENDPOINT,
+            "OTEL_SERVICE_NAME": SERVICE_NAME,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing: one parser per context parameter, then the cross-field rules.
+
+
+def _int(name: str, raw: object) -> int:
+    if isinstance(raw, bool):  # bool is an int subclass: `true` is not a number of seconds
+        raise ConfigError(name, raw, "must be an integer")
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, str) and _INT.fullmatch(raw.strip()):
+        return int(raw.strip())
+    raise ConfigError(name, raw, "must be an integer")
+
+
+def _positive(name: str, raw: object) -> int:
+    value = _int(name, raw)
+    if value <= 0:
+        raise ConfigError(name, raw, "must be > 0")
+    return value
+
+
+def _choice(name: str, raw: object, allowed: tuple[str, ...]) -> str:
+    if isinstance(raw, str) and raw.strip() in allowed:
+        return raw.strip()
+    raise ConfigError(name, raw, f"must be one of {' | '.join(allowed)}")
+
+
+def _pattern(name: str, raw: object, pattern: re.Pattern[str], rule: str) -> str:
+    if isinstance(raw, str) and pattern.fullmatch(raw.strip()):
+        return raw.strip()
+    raise ConfigError(name, raw, rule)
+
+
+@dataclass(frozen=True, slots=True)
+class Parameter:
+    """One context parameter: its context name, the config field, the default and the rule."""
+
+    context: str
+    field: str
+    parse: Callable[[str, object], object]
+    rule: str
+
+
+def _optional_email(name: str, raw: object) -> str | None:
+    if raw is None or (isinstance(raw, str) and raw.strip() == ""):
+        return None
+    return _pattern(name, raw, _EMAIL, "must be an email address like ops@example.com")
+
+
+PARAMETERS: tuple[Parameter, ...] = (
+    Parameter("stage", "stage", lambda n, r: _choice(n, r, ("dev", "prod")), "dev | prod"),
+    Parameter(
+        "account",
+        "account",
+        lambda n, r: _pattern(n, r, _ACCOUNT, "must be a 12-digit AWS account id"),
+        "12 digits",
+    ),
+    Parameter(
+        "region",
+        "region",
+        lambda n, r: _pattern(n, r, _REGION, "must be an AWS region like us-east-1"),
+        "an AWS region",
+    ),
+    Parameter(
+        "leaseMode",
+        "lease_mode",
+        lambda n, r: _choice(n, r, ("connection", "session")),
+        "connection | session",
+    ),
+    Parameter("leaseSeconds", "lease_seconds", _positive, ">= 3 x heartbeatSeconds"),
+    Parameter("heartbeatSeconds", "heartbeat_seconds", _positive, "> 0"),
+    Parameter("reconcileSeconds", "reconcile_seconds", _positive, "> 0"),
+    Parameter("checkpointSeconds", "checkpoint_seconds", _positive, "> 0"),
+    Parameter("maxClockSkewMs", "max_clock_skew_ms", _int, ">= 0 and < leaseSeconds*1000/4"),
+    Parameter("maxConnectionsPerTask", "max_connections_per_task", _positive, "> 0"),
+    Parameter("stopTimeoutSeconds", "stop_timeout_seconds", _int, "2..120"),
+    Parameter("metricsSeconds", "metrics_seconds", _positive, "> 0"),
+    Parameter(
+        "sink", "sink", lambda n, r: _choice(n, r, ("kinesis", "null", "stdout")), "kinesis | null | stdout"
+    ),
+    Parameter("minTasks", "min_tasks", _positive, ">= 1"),
+    Parameter("maxTasks", "max_tasks", _positive, ">= minTasks"),
+    Parameter("taskCpu", "task_cpu", _int, "a Fargate cpu size"),
+    Parameter("taskMemoryMiB", "task_memory_mib", _int, "a Fargate memory size for taskCpu"),
+    Parameter("natGateways", "nat_gateways", _int, f"1..{VPC_MAX_AZS}"),
+    Parameter("scaleTargetConnections", "scale_target_connections", _positive, "<= maxConnectionsPerTask"),
+    Parameter("scaleInCooldownSeconds", "scale_in_cooldown_seconds", _int, "0..3600"),
+    Parameter("scaleOutCooldownSeconds", "scale_out_cooldown_seconds", _int, "0..3600"),
+    Parameter("alarmEmail", "alarm_email", _optional_email, "optional email address"),
+    Parameter(
+        "metricsNamespace",
+        "metrics_namespace",
+        lambda n, r: _pattern(n, r, _NAMESPACE, "must be a CloudWatch namespace ([A-Za-z0-9._/#:-], 1..255)"),
+        "a CloudWatch namespace",
+    ),
+)
+
+CONTEXT_NAMES: Mapping[str, str] = {p.field: p.context for p in PARAMETERS}
+
+
+def _check(ok: bool, config: LeaseworkerConfig, field: str, rule: str) -> None:
+    if not ok:
+        raise ConfigError(CONTEXT_NAMES[field], getattr(config, field), rule)
+
+
+def _describe_sizes(sizes: tuple[int, ...]) -> str:
+    steps = {b - a for a, b in itertools.pairwise(sizes)}
+    if len(steps) == 1 and len(sizes) > 3:
+        return f"{sizes[0]}..{sizes[-1]} in steps of {steps.pop()}"
+    return ", ".join(str(s) for s in sizes)
+
+
+def validate(config: LeaseworkerConfig) -> LeaseworkerConfig:
+    """The cross-field rules (DESIGN.md §7); each names the parameter that breaks it."""
+    c = config
+    _check(
+        c.lease_seconds >= 3 * c.heartbeat_seconds,
+        c,
+        "lease_seconds",
+        f"must be >= 3 x heartbeatSeconds ({3 * c.heartbeat_seconds})",
+    )
+    _check(
+        0 <= c.max_clock_skew_ms < c.lease_seconds * 1000 / 4,
+        c,
+        "max_clock_skew_ms",
+        f"must be >= 0 and < leaseSeconds*1000/4 ({c.lease_seconds * 1000 // 4} ms)",
+    )
+    _check(
+        2 <= c.stop_timeout_seconds <= FARGATE_MAX_STOP_TIMEOUT_SECONDS,
+        c,
+        "stop_timeout_seconds",
+        f"must be between 2 and {FARGATE_MAX_STOP_TIMEOUT_SECONDS} (the Fargate stopTimeout limit)",
+    )
+    # Target tracking scales on a metric the workers emit: with zero tasks there is no data
+    # and the service could never scale out again, so at least one task always runs.
+    _check(c.min_tasks >= 1, c, "min_tasks", "must be >= 1")
+    _check(c.max_tasks >= c.min_tasks, c, "max_tasks", f"must be >= minTasks ({c.min_tasks})")
+    _check(
+        c.task_cpu in FARGATE_TASK_SIZES,
+        c,
+        "task_cpu",
+        f"must be a Fargate cpu size: {', '.join(str(s) for s in FARGATE_TASK_SIZES)}",
+    )
+    allowed = FARGATE_TASK_SIZES[c.task_cpu]
+    _check(
+        c.task_memory_mib in allowed,
+        c,
+        "task_memory_mib",
+        f"must be a Fargate memory size for taskCpu={c.task_cpu}: {_describe_sizes(allowed)}",
+    )
+    _check(
+        1 <= c.nat_gateways <= VPC_MAX_AZS,
+        c,
+        "nat_gateways",
+        f"must be between 1 and {VPC_MAX_AZS}: workers reach upstream feeds through NAT",
+    )
+    _check(
+        c.scale_target_connections <= c.max_connections_per_task,
+        c,
+        "scale_target_connections",
+        f"must be <= maxConnectionsPerTask ({c.max_connections_per_task})",
+    )
+    for field in ("scale_in_cooldown_seconds", "scale_out_cooldown_seconds"):
+        _check(0 <= getattr(c, field) <= 3600, c, field, "must be between 0 and 3600")
+    return c
+
+
+def load_config(get_context: Callable[[str], Any]) -> LeaseworkerConfig:
+    """Read every parameter once through `get_context` (e.g. `app.node.try_get_context`).
+
+    A parameter that is absent (None) takes the dataclass default.
+    """
+    values: dict[str, object] = {}
+    for parameter in PARAMETERS:
+        raw = get_context(parameter.context)
+        if raw is None:
+            continue
+        values[parameter.field] = parameter.parse(parameter.context, raw)
+    return validate(LeaseworkerConfig(**cast(dict[str, Any], values)))
+
+
+def default_context() -> dict[str, object]:
+    """The documented defaults keyed by context name (what cdk.json repeats)."""
+    defaults = LeaseworkerConfig()
+    return {
+        p.context: getattr(defaults, p.field) for p in PARAMETERS if getattr(defaults, p.field) is not None
+    }

@@ -1,0 +1,132 @@
+"""The stack: composes the constructs, then does grants, environment wiring and outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aws_cdk import CfnOutput, Duration, Environment, Stack
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from stacks.config import LeaseworkerConfig
+from stacks.lease_table import STATE_EXPIRY_INDEX, LeaseTable
+from stacks.notification_queue import NotificationQueue
+from stacks.observability import Observability
+from stacks.scaling import WorkerScaling
+from stacks.sink import KinesisSink
+from stacks.worker_service import WorkerService
+
+WORKER_SOURCE = Path(__file__).resolve().parent.parent / "worker_src"
+
+# The worker's lease store calls (DESIGN.md §2): acquire/renew/release/checkpoint are
+# conditional UpdateItems, session items are Put/Update/Delete, reads are GetItem, and the
+# reconciler queries the by-state-expiry index. No Scan, no batch or table-level actions.
+TABLE_ITEM_ACTIONS: tuple[str, ...] = (
+    "dynamodb:DeleteItem",
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+)
+INDEX_ACTIONS: tuple[str, ...] = ("dynamodb:Query",)
+# Workers both notify peers and consume notifications (DESIGN.md §6). The queue uses
+# SSE-SQS, so no KMS permissions are needed.
+QUEUE_ACTIONS: tuple[str, ...] = (
+    "sqs:DeleteMessage",
+    "sqs:ReceiveMessage",
+    "sqs:SendMessage",
+)
+# Not granted on purpose: cloudwatch:PutMetricData. Powertools Metrics writes EMF JSON to
+# stdout; the awslogs driver ships it to CloudWatch Logs, which extracts the metrics. The
+# execution role's logs:PutLogEvents is the only permission that path needs.
+
+
+class LeaseworkerStack(Stack):
+    def __init__(self, scope: Construct, construct_id: str, *, config: LeaseworkerConfig) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            description="leaseworker: a Fargate fleet holding leased upstream WebSocket feeds",
+            env=Environment(account=config.account, region=config.region),
+            termination_protection=config.is_prod,
+        )
+        retain = config.is_prod
+        log_retention = logs.RetentionDays.ONE_YEAR if retain else logs.RetentionDays.ONE_MONTH
+
+        lease_table = LeaseTable(self, "LeaseTable", retain=retain)
+        notifications = NotificationQueue(self, "Notifications", retain=retain)
+        sink = KinesisSink(self, "Sink", retain=retain) if config.sink == "kinesis" else None
+
+        environment = {
+            "TABLE_NAME": lease_table.table.table_name,
+            "NOTIFY_QUEUE_URL": notifications.queue.queue_url,
+            "SINK": sink.sink_spec() if sink is not None else config.sink,
+            **config.worker_environment(),
+        }
+        workers = WorkerService(
+            self,
+            "Workers",
+            image=ecs.ContainerImage.from_asset(str(WORKER_SOURCE), platform=ecr_assets.Platform.LINUX_AMD64),
+            environment=environment,
+            cpu=config.task_cpu,
+            memory_mib=config.task_memory_mib,
+            stop_timeout=Duration.seconds(config.stop_timeout_seconds),
+            nat_gateways=config.nat_gateways,
+            log_retention=log_retention,
+            retain=retain,
+        )
+
+        # --- Grants: exact actions on exact resources, all on the task role -----------------
+        task_role = workers.task_role
+        table = lease_table.table
+        task_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="LeaseTableItems", actions=list(TABLE_ITEM_ACTIONS), resources=[table.table_arn]
+            )
+        )
+        task_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="LeaseTableStateExpiryIndex",
+                actions=list(INDEX_ACTIONS),
+                resources=[f"{table.table_arn}/index/{STATE_EXPIRY_INDEX}"],
+            )
+        )
+        notifications.queue.grant(task_role, *QUEUE_ACTIONS)
+        if sink is not None:
+            sink.grant_produce(task_role)
+
+        WorkerScaling(
+            self,
+            "Scaling",
+            service=workers.service,
+            namespace=config.metrics_namespace,
+            min_tasks=config.min_tasks,
+            max_tasks=config.max_tasks,
+            target_connections_per_task=config.scale_target_connections,
+            scale_in_cooldown=Duration.seconds(config.scale_in_cooldown_seconds),
+            scale_out_cooldown=Duration.seconds(config.scale_out_cooldown_seconds),
+        )
+        observability = Observability(
+            self,
+            "Observability",
+            namespace=config.metrics_namespace,
+            table=table,
+            index_name=STATE_EXPIRY_INDEX,
+            dead_letter_queue=notifications.dead_letter_queue,
+            alarm_email=config.alarm_email,
+            retain=retain,
+        )
+
+        # --- Outputs: what operators and the CLI need --------------------------------------
+        CfnOutput(self, "TableName", value=table.table_name, description="TABLE_NAME for the leaseworker CLI")
+        CfnOutput(self, "NotifyQueueUrl", value=notifications.queue.queue_url, description="NOTIFY_QUEUE_URL")
+        if sink is not None:
+            CfnOutput(
+                self, "SinkStreamName", value=sink.stream.stream_name, description="Kinesis sink stream"
+            )
+        CfnOutput(self, "ClusterName", value=workers.cluster.cluster_name)
+        CfnOutput(self, "ServiceName", value=workers.service.service_name)
+        CfnOutput(self, "AlarmTopicArn", value=observability.topic.topic_arn)
+        CfnOutput(self, "DashboardName", value=observability.dashboard.dashboard_name)

@@ -1,0 +1,38 @@
+"""The durable sink (DESIGN.md §5): an on-demand Kinesis Data Stream."""
+
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kinesis as kinesis
+from constructs import Construct
+
+# What the worker's `kinesis:<stream>` sink calls: batched PutRecords (PutRecord for a lone
+# record) and DescribeStreamSummary to check the stream at start. Nothing else.
+PRODUCER_ACTIONS: tuple[str, ...] = (
+    "kinesis:DescribeStreamSummary",
+    "kinesis:PutRecord",
+    "kinesis:PutRecords",
+)
+
+
+class KinesisSink(Construct):
+    """On-demand capacity (no shard math as the fleet scales), encrypted with aws/kinesis."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, retain: bool) -> None:
+        super().__init__(scope, construct_id)
+        self.stream = kinesis.Stream(
+            self,
+            "Stream",
+            stream_mode=kinesis.StreamMode.ON_DEMAND,
+            encryption=kinesis.StreamEncryption.MANAGED,
+            removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
+        )
+
+    def sink_spec(self) -> str:
+        """The worker's SINK value (DESIGN.md §5)."""
+        return f"kinesis:{self.stream.stream_name}"
+
+    def grant_produce(self, grantee: iam.IGrantable) -> iam.Grant:
+        # The stream uses the AWS-managed key, so producers need no KMS permissions.
+        return self.stream.grant(grantee, *PRODUCER_ACTIONS)
