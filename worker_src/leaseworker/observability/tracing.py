@@ -148,7 +148,9 @@ def configure_tracing(
         if not endpoint:
             return Tracing(None)
         exporter = OTLPSpanExporter(endpoint=traces_url(endpoint), timeout=export_timeout)
-    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service_name}))
+    # No atexit hook: shutdown is explicit and bounded (DESIGN.md §3, step 7). The SDK's hook
+    # would block interpreter exit for up to 30 s more when the collector is unreachable.
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service_name}), shutdown_on_exit=False)
     provider.add_span_processor(
         BatchSpanProcessor(
             exporter,
