@@ -127,6 +127,7 @@ def metric_defs(blob: dict[str, Any]) -> dict[str, str]:
 
 
 def test_metric_names_match_the_design() -> None:
+    assert all(m.name == m.value for m in MetricName)  # MetricName.SinkErrors, as the CDK spells it
     assert {m.value for m in MetricName} == {
         "ActiveConnections",
         "LeasesAcquired",
@@ -148,14 +149,14 @@ def test_metric_names_match_the_design() -> None:
 def test_flush_emits_one_emf_blob(capsys: pytest.CaptureFixture[str]) -> None:
     stream = io.StringIO()
     metrics = WorkerMetrics(namespace="LeaseworkerTest", service="svc-a", stream=stream)
-    metrics.count(MetricName.MESSAGES_DELIVERED)
-    metrics.count(MetricName.MESSAGES_DELIVERED, 4)
-    metrics.count(MetricName.LEASES_ACQUIRED)
-    metrics.observe(MetricName.TAKEOVER_SECONDS, 2.5)
-    metrics.observe(MetricName.TAKEOVER_SECONDS, 3.0)
-    metrics.observe(MetricName.CHECKPOINT_LAG_SEQ, 12)
-    metrics.set_gauge(MetricName.ACTIVE_CONNECTIONS, 3)
-    metrics.set_gauge(MetricName.ACTIVE_CONNECTIONS, 5)  # last value wins
+    metrics.count(MetricName.MessagesDelivered)
+    metrics.count(MetricName.MessagesDelivered, 4)
+    metrics.count(MetricName.LeasesAcquired)
+    metrics.observe(MetricName.TakeoverSeconds, 2.5)
+    metrics.observe(MetricName.TakeoverSeconds, 3.0)
+    metrics.observe(MetricName.CheckpointLagSeq, 12)
+    metrics.set_gauge(MetricName.ActiveConnections, 3)
+    metrics.set_gauge(MetricName.ActiveConnections, 5)  # last value wins
 
     metrics.flush()
 
@@ -186,11 +187,11 @@ def test_counts_reset_per_flush_gauge_repeats_totals_accumulate() -> None:
     metrics.flush()
     assert stream.getvalue() == ""  # nothing recorded, no gauge: no blob
 
-    metrics.count(MetricName.RECONNECTS, 2)
-    metrics.set_gauge(MetricName.ACTIVE_CONNECTIONS, 4)
+    metrics.count(MetricName.Reconnects, 2)
+    metrics.set_gauge(MetricName.ActiveConnections, 4)
     metrics.flush()
     metrics.flush()  # nothing new: only the gauge
-    metrics.count(MetricName.RECONNECTS)
+    metrics.count(MetricName.Reconnects)
     metrics.flush()
 
     first, second, third = emf_blobs(stream)
@@ -209,7 +210,7 @@ def test_observations_are_capped_per_flush() -> None:
     stream = io.StringIO()
     metrics = WorkerMetrics(namespace="N", stream=stream)
     for lag in range(1000):
-        metrics.observe(MetricName.CHECKPOINT_LAG_SEQ, lag)
+        metrics.observe(MetricName.CheckpointLagSeq, lag)
     metrics.flush()
     (blob,) = emf_blobs(stream)
     values = blob["CheckpointLagSeq"]
@@ -220,11 +221,11 @@ def test_observations_are_capped_per_flush() -> None:
 def test_wrong_kind_is_refused() -> None:
     metrics = WorkerMetrics(namespace="N", stream=io.StringIO())
     with pytest.raises(ValueError, match="gauge"):
-        metrics.count(MetricName.ACTIVE_CONNECTIONS)
+        metrics.count(MetricName.ActiveConnections)
     with pytest.raises(ValueError, match="counter"):
-        metrics.observe(MetricName.MESSAGES_DELIVERED, 1)
+        metrics.observe(MetricName.MessagesDelivered, 1)
     with pytest.raises(ValueError, match="observation"):
-        metrics.set_gauge(MetricName.TAKEOVER_SECONDS, 1)
+        metrics.set_gauge(MetricName.TakeoverSeconds, 1)
 
 
 class BrokenStream(io.StringIO):
@@ -234,7 +235,7 @@ class BrokenStream(io.StringIO):
 
 def test_flush_never_raises(log_stream: io.StringIO) -> None:
     metrics = WorkerMetrics(namespace="N", stream=BrokenStream())
-    metrics.count(MetricName.SINK_ERRORS)
+    metrics.count(MetricName.SinkErrors)
     metrics.flush()
     assert any("metrics flush failed" in r["message"] for r in lines(log_stream))
     assert metrics.totals()["SinkErrors"] == 1
@@ -249,7 +250,7 @@ async def test_metrics_loop_samples_and_flushes_periodically() -> None:
     def sample() -> None:
         nonlocal samples
         samples += 1
-        metrics.set_gauge(MetricName.ACTIVE_CONNECTIONS, samples)
+        metrics.set_gauge(MetricName.ActiveConnections, samples)
 
     task = asyncio.create_task(run_metrics_loop(metrics, interval=0.05, stop=stop, sample=sample))
     await asyncio.sleep(0.33)
@@ -277,7 +278,7 @@ async def test_metrics_loop_returns_promptly_on_stop() -> None:
 async def test_metrics_loop_survives_a_failing_sample() -> None:
     stream = io.StringIO()
     metrics = WorkerMetrics(namespace="N", stream=stream)
-    metrics.count(MetricName.LEASES_LOST)
+    metrics.count(MetricName.LeasesLost)
     stop = asyncio.Event()
 
     def sample() -> None:

@@ -57,40 +57,40 @@ MAX_SAMPLES_PER_FLUSH = 99  # Powertools self-flushes (print) when one metric re
 class MetricName(StrEnum):
     """The metric names of DESIGN.md §8: a contract with the CDK alarms, dashboard and scaling."""
 
-    ACTIVE_CONNECTIONS = "ActiveConnections"  # gauge, per worker; its average drives autoscaling
-    LEASES_ACQUIRED = "LeasesAcquired"
-    LEASE_ACQUIRE_FAILURES = "LeaseAcquireFailures"  # errors and throttles, not lost races
-    LEASE_CONTENTION = "LeaseContention"  # lost races
-    LEASES_LOST = "LeasesLost"
-    SELF_FENCED = "SelfFenced"
-    ORPHANS_SEEN = "OrphansSeen"
-    TAKEOVER_SECONDS = "TakeoverSeconds"
-    HANDOFF_SECONDS = "HandoffSeconds"
-    MESSAGES_DELIVERED = "MessagesDelivered"
-    SINK_ERRORS = "SinkErrors"
-    RECONNECTS = "Reconnects"
-    PROTOCOL_ERRORS = "ProtocolErrors"
-    CHECKPOINT_LAG_SEQ = "CheckpointLagSeq"
+    ActiveConnections = "ActiveConnections"  # gauge, per worker; its average drives autoscaling
+    LeasesAcquired = "LeasesAcquired"
+    LeaseAcquireFailures = "LeaseAcquireFailures"  # errors and throttles, not lost races
+    LeaseContention = "LeaseContention"  # lost races
+    LeasesLost = "LeasesLost"
+    SelfFenced = "SelfFenced"
+    OrphansSeen = "OrphansSeen"
+    TakeoverSeconds = "TakeoverSeconds"
+    HandoffSeconds = "HandoffSeconds"
+    MessagesDelivered = "MessagesDelivered"
+    SinkErrors = "SinkErrors"
+    Reconnects = "Reconnects"
+    ProtocolErrors = "ProtocolErrors"
+    CheckpointLagSeq = "CheckpointLagSeq"
 
 
 MetricKind = Literal["counter", "observation", "gauge"]
 
 #: Which recording method each metric takes; a mismatch is a programming error (ValueError).
 METRIC_KINDS: dict[MetricName, MetricKind] = {
-    MetricName.ACTIVE_CONNECTIONS: "gauge",
-    MetricName.LEASES_ACQUIRED: "counter",
-    MetricName.LEASE_ACQUIRE_FAILURES: "counter",
-    MetricName.LEASE_CONTENTION: "counter",
-    MetricName.LEASES_LOST: "counter",
-    MetricName.SELF_FENCED: "counter",
-    MetricName.ORPHANS_SEEN: "counter",
-    MetricName.TAKEOVER_SECONDS: "observation",
-    MetricName.HANDOFF_SECONDS: "observation",
-    MetricName.MESSAGES_DELIVERED: "counter",
-    MetricName.SINK_ERRORS: "counter",
-    MetricName.RECONNECTS: "counter",
-    MetricName.PROTOCOL_ERRORS: "counter",
-    MetricName.CHECKPOINT_LAG_SEQ: "observation",
+    MetricName.ActiveConnections: "gauge",
+    MetricName.LeasesAcquired: "counter",
+    MetricName.LeaseAcquireFailures: "counter",
+    MetricName.LeaseContention: "counter",
+    MetricName.LeasesLost: "counter",
+    MetricName.SelfFenced: "counter",
+    MetricName.OrphansSeen: "counter",
+    MetricName.TakeoverSeconds: "observation",
+    MetricName.HandoffSeconds: "observation",
+    MetricName.MessagesDelivered: "counter",
+    MetricName.SinkErrors: "counter",
+    MetricName.Reconnects: "counter",
+    MetricName.ProtocolErrors: "counter",
+    MetricName.CheckpointLagSeq: "observation",
 }
 
 METRIC_UNITS: dict[MetricName, MetricUnit] = {
