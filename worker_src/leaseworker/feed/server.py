@@ -59,6 +59,7 @@ FAULT_MODES: Final[frozenset[str]] = frozenset({"garbage", "close", "gap", "over
 FAULT_AFTER: Final = 3  # valid frames sent before a garbage/gap/oversized fault
 MIN_TICK: Final = 0.01  # shortest sleep between live batches, in seconds
 MAX_TICK: Final = 1.0  # longest sleep, so a per-URL rate change is picked up promptly
+CLOSE_TIMEOUT: Final = 1.0  # seconds to wait for the close handshake before aborting
 SUBSCRIBE_TIMEOUT: Final = 10.0  # seconds a client has to send its subscribe frame
 REPLAY_YIELD_EVERY: Final = 256  # frames sent between yields to the loop during a long replay
 BAD_REQUEST: Final = "bad_request"
@@ -172,7 +173,10 @@ class FeedServer:
             self._session_log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log_fd = os.open(self._session_log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         # No compression: frames cost what they say, and a high rate stays cheap.
-        self._server = await serve(self._handle, self._host, self._requested_port, compression=None)
+        # A short close timeout bounds stop() when a client is alive but unresponsive (SIGSTOP).
+        self._server = await serve(
+            self._handle, self._host, self._requested_port, compression=None, close_timeout=CLOSE_TIMEOUT
+        )
         self._port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
@@ -260,18 +264,18 @@ class FeedServer:
         close_reason = ""
         try:
             try:
-                mode, rate = _parse_query(split.query)
+                # Read the subscribe frame first, so a client always gets its answer after it.
                 request = await self._read_subscribe(connection, path_id)
+                session.connection_id = request.connection_id
+                session.epoch = request.epoch
+                session.worker_id = request.worker_id
+                session.after_seq = request.after_seq
+                mode, rate = _parse_query(split.query)
             except BadRequest as exc:
                 self._log_event("reject", session, code=BAD_REQUEST, reason=str(exc))
                 await _send_quietly(connection, error_frame(BAD_REQUEST, str(exc)))
                 close_code, close_reason = CloseCode.POLICY_VIOLATION, BAD_REQUEST
                 return
-            session.connection_id = request.connection_id
-            session.epoch = request.epoch
-            session.worker_id = request.worker_id
-            session.after_seq = request.after_seq
-
             now = time.monotonic()
             stream = self._streams.get(request.connection_id)
             if stream is None:
