@@ -1,0 +1,150 @@
+"""Infra test helpers: synthesize the real app (with cdk-nag) in-process, cached per context.
+
+A synth costs several seconds, so each distinct context is synthesized once per test run and
+shared. The context is what the CLI would pass: cdk.json's context (feature flags and the
+documented defaults), cdk.context.json's AZ facts, path metadata on, plus the overrides,
+given as strings exactly like `-c name=value`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import App
+from aws_cdk.assertions import Template
+
+from stacks.application import build
+from stacks.config import LeaseworkerConfig, load_config
+from stacks.leaseworker_stack import LeaseworkerStack
+
+REPO = Path(__file__).resolve().parents[2]
+ASSET_HASH = re.compile(r"[0-9a-f]{64}")
+
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
+
+
+def base_context() -> dict[str, Any]:
+    context: dict[str, Any] = json.loads((REPO / "cdk.json").read_text())["context"]
+    context.update(json.loads((REPO / "cdk.context.json").read_text()))
+    # What the CLI passes by default: the construct path on every resource (cfn-lint
+    # recognises CDK output by it) and asset metadata.
+    context["aws:cdk:enable-path-metadata"] = True
+    context["aws:cdk:enable-asset-metadata"] = True
+    return context
+
+
+@dataclass(frozen=True)
+class Synth:
+    config: LeaseworkerConfig
+    stack: LeaseworkerStack
+    template_json: dict[str, Any]
+    outdir: Path
+
+    @property
+    def template(self) -> Template:
+        return Template.from_json(self.template_json)
+
+    def resources(self, resource_type: str) -> dict[str, dict[str, Any]]:
+        return {k: v for k, v in self.template_json["Resources"].items() if v["Type"] == resource_type}
+
+    def one(self, resource_type: str) -> dict[str, Any]:
+        found = self.resources(resource_type)
+        assert len(found) == 1, f"expected one {resource_type}, found {sorted(found)}"
+        return next(iter(found.values()))
+
+
+def make_app(overrides: Mapping[str, Any] | None = None) -> tuple[App, LeaseworkerStack, Path]:
+    """An app built exactly as app.py builds it (context -> config -> build)."""
+    outdir = Path(tempfile.mkdtemp(prefix="leaseworker-synth-"))
+    app = App(context={**base_context(), **(overrides or {})}, outdir=str(outdir))
+    stack = build(app, load_config(app.node.try_get_context))
+    return app, stack, outdir
+
+
+_CACHE: dict[str, Synth] = {}
+
+
+def synth(overrides: Mapping[str, Any] | None = None) -> Synth:
+    key = json.dumps(overrides or {}, sort_keys=True)
+    if key not in _CACHE:
+        app, stack, outdir = make_app(overrides)
+        assembly = app.synth()
+        template = assembly.get_stack_artifact(stack.artifact_id).template
+        _CACHE[key] = Synth(
+            config=load_config(app.node.try_get_context),
+            stack=stack,
+            template_json=template,
+            outdir=outdir,
+        )
+    return _CACHE[key]
+
+
+def normalise(template: Mapping[str, Any]) -> Any:
+    """The template with asset hashes replaced (they change with every worker_src edit)."""
+    return json.loads(ASSET_HASH.sub("<asset-hash>", json.dumps(template, sort_keys=True)))
+
+
+def container_environment(template_json: Mapping[str, Any], container: str = "worker") -> dict[str, Any]:
+    (task_definition,) = [
+        r for r in template_json["Resources"].values() if r["Type"] == "AWS::ECS::TaskDefinition"
+    ]
+    (definition,) = [
+        c for c in task_definition["Properties"]["ContainerDefinitions"] if c["Name"] == container
+    ]
+    return {e["Name"]: e["Value"] for e in definition.get("Environment", [])}
+
+
+# Every parameter set to a non-default value, as `-c` strings. A separate account needs its
+# own AZ facts (offline synth never looks them up).
+CUSTOM_ACCOUNT = "210987654321"
+CUSTOM: dict[str, Any] = {
+    "stage": "prod",
+    "account": CUSTOM_ACCOUNT,
+    "region": "us-east-1",
+    "leaseMode": "session",
+    "leaseSeconds": "40",
+    "heartbeatSeconds": "8",
+    "reconcileSeconds": "7",
+    "checkpointSeconds": "9",
+    "maxClockSkewMs": "2000",
+    "maxConnectionsPerTask": "500",
+    "stopTimeoutSeconds": "90",
+    "metricsSeconds": "15",
+    "sink": "null",
+    "minTasks": "2",
+    "maxTasks": "6",
+    "taskCpu": "1024",
+    "taskMemoryMiB": "3072",
+    "natGateways": "2",
+    "scaleTargetConnections": "400",
+    "scaleInCooldownSeconds": "600",
+    "scaleOutCooldownSeconds": "30",
+    "alarmEmail": "ops@example.com",
+    "metricsNamespace": "Custom/Leaseworker",
+    f"availability-zones:account={CUSTOM_ACCOUNT}:region=us-east-1": ["us-east-1a", "us-east-1b"],
+}
+
+
+@pytest.fixture(scope="session")
+def default() -> Synth:
+    return synth()
+
+
+@pytest.fixture(scope="session")
+def custom() -> Synth:
+    return synth(CUSTOM)
+
+
+@pytest.fixture
+def tmp_outdir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="leaseworker-test-") as directory:
+        yield Path(directory)

@@ -1,0 +1,200 @@
+"""The context parser: defaults, strict parsing of `-c` strings, one-line errors per parameter."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from leaseworker.settings import load_settings
+
+from stacks.config import (
+    PARAMETERS,
+    ConfigError,
+    LeaseworkerConfig,
+    default_context,
+    load_config,
+)
+from tests.infra.conftest import REPO
+
+
+def parse(**context: Any) -> LeaseworkerConfig:
+    return load_config(context.get)
+
+
+def test_defaults_are_the_documented_ones() -> None:
+    config = parse()
+    assert config == LeaseworkerConfig()
+    assert (config.lease_mode, config.lease_seconds, config.heartbeat_seconds) == ("connection", 20, 5)
+    assert (config.reconcile_seconds, config.checkpoint_seconds, config.max_clock_skew_ms) == (5, 5, 1000)
+    assert (config.max_connections_per_task, config.stop_timeout_seconds, config.sink) == (
+        1000,
+        60,
+        "kinesis",
+    )
+    assert (config.min_tasks, config.max_tasks, config.task_cpu, config.task_memory_mib) == (1, 10, 512, 1024)
+    assert (config.nat_gateways, config.alarm_email, config.metrics_namespace) == (1, None, "Leaseworker")
+    assert (config.stage, config.account, config.region) == ("dev", "123456789012", "us-east-1")
+    assert config.scale_target_connections <= config.max_connections_per_task
+
+
+def test_cdk_json_repeats_exactly_the_config_defaults() -> None:
+    context = json.loads((REPO / "cdk.json").read_text())["context"]
+    documented = default_context()
+    assert {k: context[k] for k in documented if k in context} == documented
+    assert set(documented) <= set(context)
+    assert context["cli-telemetry"] is False
+    assert json.loads((REPO / "cdk.json").read_text())["notices"] is False
+
+
+def test_cli_strings_and_json_numbers_parse_the_same() -> None:
+    assert parse(leaseSeconds="30") == parse(leaseSeconds=30)
+    assert parse(leaseSeconds=" 30 ").lease_seconds == 30
+    assert parse(alarmEmail="") == parse()
+
+
+def test_config_is_frozen() -> None:
+    config = parse()
+    with pytest.raises(AttributeError):
+        config.lease_seconds = 1  # type: ignore[misc]
+
+
+# (context name, bad value, expected one-line message). Every parameter appears at least once.
+BAD: list[tuple[str, Any, str]] = [
+    ("stage", "staging", "invalid context stage='staging': must be one of dev | prod"),
+    ("account", "12345", "invalid context account='12345': must be a 12-digit AWS account id"),
+    ("region", "mars", "invalid context region='mars': must be an AWS region like us-east-1"),
+    ("leaseMode", "lock", "invalid context leaseMode='lock': must be one of connection | session"),
+    ("leaseSeconds", "abc", "invalid context leaseSeconds='abc': must be an integer"),
+    ("leaseSeconds", "20.5", "invalid context leaseSeconds='20.5': must be an integer"),
+    ("leaseSeconds", True, "invalid context leaseSeconds=True: must be an integer"),
+    ("leaseSeconds", "14", "invalid context leaseSeconds=14: must be >= 3 x heartbeatSeconds (15)"),
+    ("heartbeatSeconds", "0", "invalid context heartbeatSeconds='0': must be > 0"),
+    ("reconcileSeconds", "-5", "invalid context reconcileSeconds='-5': must be > 0"),
+    ("checkpointSeconds", "x", "invalid context checkpointSeconds='x': must be an integer"),
+    (
+        "maxClockSkewMs",
+        "5000",
+        "invalid context maxClockSkewMs=5000: must be >= 0 and < leaseSeconds*1000/4 (5000 ms)",
+    ),
+    (
+        "maxClockSkewMs",
+        "-1",
+        "invalid context maxClockSkewMs=-1: must be >= 0 and < leaseSeconds*1000/4 (5000 ms)",
+    ),
+    ("maxConnectionsPerTask", "0", "invalid context maxConnectionsPerTask='0': must be > 0"),
+    (
+        "stopTimeoutSeconds",
+        "121",
+        "invalid context stopTimeoutSeconds=121: must be between 2 and 120 (the Fargate stopTimeout limit)",
+    ),
+    (
+        "stopTimeoutSeconds",
+        "1",
+        "invalid context stopTimeoutSeconds=1: must be between 2 and 120 (the Fargate stopTimeout limit)",
+    ),
+    ("metricsSeconds", "0", "invalid context metricsSeconds='0': must be > 0"),
+    ("sink", "file:/tmp", "invalid context sink='file:/tmp': must be one of kinesis | null | stdout"),
+    ("minTasks", "0", "invalid context minTasks='0': must be > 0"),
+    ("maxTasks", "0", "invalid context maxTasks='0': must be > 0"),
+    (
+        "taskCpu",
+        "300",
+        "invalid context taskCpu=300: must be a Fargate cpu size: 256, 512, 1024, 2048, 4096, 8192, 16384",
+    ),
+    (
+        "taskMemoryMiB",
+        "1000",
+        "invalid context taskMemoryMiB=1000: must be a Fargate memory size for taskCpu=512: "
+        "1024..4096 in steps of 1024",
+    ),
+    (
+        "natGateways",
+        "0",
+        "invalid context natGateways=0: must be between 1 and 2: workers reach upstream feeds through NAT",
+    ),
+    (
+        "scaleTargetConnections",
+        "1001",
+        "invalid context scaleTargetConnections=1001: must be <= maxConnectionsPerTask (1000)",
+    ),
+    ("scaleInCooldownSeconds", "-1", "invalid context scaleInCooldownSeconds=-1: must be between 0 and 3600"),
+    (
+        "scaleOutCooldownSeconds",
+        "7200",
+        "invalid context scaleOutCooldownSeconds=7200: must be between 0 and 3600",
+    ),
+    (
+        "alarmEmail",
+        "ops-at-example",
+        "invalid context alarmEmail='ops-at-example': must be an email address like ops@example.com",
+    ),
+    (
+        "metricsNamespace",
+        "bad namespace!",
+        "invalid context metricsNamespace='bad namespace!': "
+        "must be a CloudWatch namespace ([A-Za-z0-9._/#:-], 1..255)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "message"), BAD, ids=[f"{n}={v!r}" for n, v, _ in BAD])
+def test_bad_value_gives_one_line_naming_parameter_value_and_rule(
+    name: str, value: Any, message: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse(**{name: value})
+    assert str(raised.value) == message
+    assert "\n" not in str(raised.value)
+    assert raised.value.name == name
+
+
+def test_every_parameter_has_a_bad_value_case() -> None:
+    assert {p.context for p in PARAMETERS} == {name for name, _, _ in BAD}
+
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        ({"maxTasks": "2", "minTasks": "3"}, "invalid context maxTasks=2: must be >= minTasks (3)"),
+        (
+            {"taskCpu": "4096"},
+            "invalid context taskMemoryMiB=1024: must be a Fargate memory size for taskCpu=4096",
+        ),
+        ({"taskCpu": "256", "taskMemoryMiB": "4096"}, "taskCpu=256: 512, 1024, 2048"),
+        ({"heartbeatSeconds": "10"}, "invalid context leaseSeconds=20: must be >= 3 x heartbeatSeconds (30)"),
+        (
+            {"maxConnectionsPerTask": "500"},
+            "invalid context scaleTargetConnections=700: must be <= maxConnectionsPerTask",
+        ),
+    ],
+)
+def test_cross_field_rules_name_the_parameter_that_breaks(context: dict[str, str], message: str) -> None:
+    with pytest.raises(
+        ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")
+    ):
+        parse(**context)
+
+
+def test_boundary_values_are_accepted() -> None:
+    assert parse(leaseSeconds="15").lease_seconds == 15  # exactly 3 x heartbeat
+    assert parse(stopTimeoutSeconds="120").stop_timeout_seconds == 120
+    assert parse(stopTimeoutSeconds="2").stop_timeout_seconds == 2
+    assert parse(maxClockSkewMs="4999").max_clock_skew_ms == 4999
+    assert parse(scaleTargetConnections="1000").scale_target_connections == 1000
+    assert parse(taskCpu="256", taskMemoryMiB="512").task_memory_mib == 512
+    assert parse(minTasks="3", maxTasks="3").max_tasks == 3
+
+
+@pytest.mark.parametrize("sink", ["kinesis:stream-name", "null", "stdout"])
+def test_worker_accepts_the_environment_the_stack_passes(sink: str) -> None:
+    """Contract with the worker: its own settings parser accepts what we deploy."""
+    for config in (parse(), parse(leaseMode="session", leaseSeconds="40", heartbeatSeconds="8")):
+        env = {**config.worker_environment(), "TABLE_NAME": "t", "SINK": sink, "WORKER_ID": "w-1"}
+        settings = load_settings(env)
+        assert settings.lease_seconds == config.lease_seconds
+        assert settings.heartbeat_seconds == config.heartbeat_seconds
+        assert settings.shutdown_grace_seconds == config.stop_timeout_seconds
+        assert settings.max_connections == config.max_connections_per_task
+        assert settings.lease_mode == config.lease_mode
+        assert settings.otel_endpoint == "http://localhost:4318"
