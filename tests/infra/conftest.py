@@ -109,7 +109,7 @@ CUSTOM_ACCOUNT = "210987654321"
 CUSTOM: dict[str, Any] = {
     "stage": "prod",
     "account": CUSTOM_ACCOUNT,
-    "region": "us-east-1",
+    "region": "eu-west-1",
     "leaseMode": "session",
     "leaseSeconds": "40",
     "heartbeatSeconds": "8",
@@ -130,7 +130,7 @@ CUSTOM: dict[str, Any] = {
     "scaleOutCooldownSeconds": "30",
     "alarmEmail": "ops@example.com",
     "metricsNamespace": "Custom/Leaseworker",
-    f"availability-zones:account={CUSTOM_ACCOUNT}:region=us-east-1": ["us-east-1a", "us-east-1b"],
+    f"availability-zones:account={CUSTOM_ACCOUNT}:region=eu-west-1": ["eu-west-1a", "eu-west-1b"],
 }
 
 

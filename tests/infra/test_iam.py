@@ -1,0 +1,102 @@
+"""IAM: exact action lists on the right role (task role vs execution role), nothing broad."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.infra.conftest import Synth
+
+
+def role_statements(synth: Synth, role_property: str) -> list[dict[str, Any]]:
+    """All statements of the policies attached to the task definition's task/execution role."""
+    properties = synth.one("AWS::ECS::TaskDefinition")["Properties"]
+    role_id = properties[role_property]["Fn::GetAtt"][0]
+    role = synth.template_json["Resources"][role_id]
+    assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"] == [
+        {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "ecs-tasks.amazonaws.com"}}
+    ]
+    assert "ManagedPolicyArns" not in role["Properties"]
+    assert "Policies" not in role["Properties"]
+    statements: list[dict[str, Any]] = []
+    for policy in synth.resources("AWS::IAM::Policy").values():
+        if {"Ref": role_id} in policy["Properties"]["Roles"]:
+            statements.extend(policy["Properties"]["PolicyDocument"]["Statement"])
+    return statements
+
+
+def actions_by_resource(statements: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """{resource (JSON, logical ids reduced to their construct prefix): {actions}}."""
+    result: dict[str, set[str]] = {}
+    for statement in statements:
+        assert statement["Effect"] == "Allow"
+        assert "NotAction" not in statement and "NotResource" not in statement
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        resources = (
+            statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        )
+        for resource in resources:
+            result.setdefault(describe(resource), set()).update(actions)
+    return result
+
+
+def describe(resource: Any) -> str:
+    """A readable resource name without hashed logical ids: 'LeaseTable.Arn', 'NotificationsQueue.Arn'."""
+    text = json.dumps(resource)
+    if resource == "*":
+        return "*"
+    if isinstance(resource, dict) and "Fn::GetAtt" in resource:
+        logical_id, attribute = resource["Fn::GetAtt"]
+        return f"{logical_id[:-8]}.{attribute}"
+    if isinstance(resource, dict) and "Fn::Join" in resource:
+        parts = resource["Fn::Join"][1]
+        return "".join(describe(p) if isinstance(p, dict) else p for p in parts)
+    return text.strip('"')
+
+
+TASK_ROLE = {
+    "*": {
+        "xray:GetSamplingRules",
+        "xray:GetSamplingTargets",
+        "xray:PutTelemetryRecords",
+        "xray:PutTraceSegments",
+    },
+    "LeaseTable.Arn": {"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+    "LeaseTable.Arn/index/by-state-expiry": {"dynamodb:Query"},
+    "NotificationsQueue.Arn": {"sqs:DeleteMessage", "sqs:ReceiveMessage", "sqs:SendMessage"},
+    "SinkStream.Arn": {"kinesis:DescribeStreamSummary", "kinesis:PutRecord", "kinesis:PutRecords"},
+}
+
+EXECUTION_ROLE = {
+    "arn:aws:ecr:us-east-1:123456789012:repository/cdk-hnb659fds-container-assets-123456789012-us-east-1": {
+        "ecr:BatchCheckLayerAvailability",
+        "ecr:BatchGetImage",
+        "ecr:GetDownloadUrlForLayer",
+    },
+    "*": {"ecr:GetAuthorizationToken"},
+    "WorkersLogs.Arn": {"logs:CreateLogStream", "logs:PutLogEvents"},
+}
+
+
+def test_task_role_exact_actions(default: Synth) -> None:
+    assert actions_by_resource(role_statements(default, "TaskRoleArn")) == TASK_ROLE
+
+
+def test_execution_role_exact_actions(default: Synth) -> None:
+    assert actions_by_resource(role_statements(default, "ExecutionRoleArn")) == EXECUTION_ROLE
+
+
+def test_task_role_without_kinesis_sink(custom: Synth) -> None:
+    expected = {k: v for k, v in TASK_ROLE.items() if not k.startswith("SinkStream")}
+    assert actions_by_resource(role_statements(custom, "TaskRoleArn")) == expected
+
+
+def test_nothing_broad_anywhere(default: Synth) -> None:
+    text = json.dumps(default.template_json)
+    assert "FullAccess" not in text
+    # EMF metrics travel through stdout -> awslogs; PutMetricData is deliberately not granted.
+    assert "cloudwatch:PutMetricData" not in text
+    for policy in default.resources("AWS::IAM::Policy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            assert all("*" not in action for action in actions), actions
