@@ -1,0 +1,20 @@
+"""`null`: accepts and discards every record, counting them (benchmarks, smoke tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from leaseworker.records import SinkRecord
+
+
+class NullSink:
+    def __init__(self) -> None:
+        self.records = 0
+        self.batches = 0
+
+    async def write(self, records: Sequence[SinkRecord]) -> None:
+        self.records += len(records)
+        self.batches += 1
+
+    async def close(self) -> None:
+        pass
