@@ -9,8 +9,9 @@ and each worker owns its own file, so no other process appends to it.
 `fsync=True` to also survive a power loss (the fsync then runs in a thread, after the bytes are
 written, so it does not block the loop and cannot split a batch).
 
-Writing to the page cache is fast (tens of microseconds for a 500-record batch), so the write
-itself is not offloaded to a thread: a thread would only add a hop and a way to interleave.
+Writing to the page cache is fast (measured: ~0.2 ms for a 60 KB buffer, about one 500-record
+batch; rendering the JSON costs more than the syscall), so the write is not offloaded to a
+thread: a thread would add a hop per batch and a way for batches to interleave.
 
 If os.write fails part-way (ENOSPC, EIO), the file is truncated back to where the batch began,
 so a failed batch never leaves half a line behind, and SinkError is raised.
