@@ -1,3 +1,3 @@
-"""leaseworker: long-lived upstream WebSocket feeds, each owned by exactly one worker through a DynamoDB lease."""
+"""leaseworker: long-lived upstream WebSocket feeds, each owned by one worker through a DynamoDB lease."""
 
 __version__ = "0.1.0"

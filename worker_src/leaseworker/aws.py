@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 
 import aioboto3
-from botocore.config import Config
+from aiobotocore.config import AioConfig
 from types_aiobotocore_dynamodb import DynamoDBClient
 from types_aiobotocore_sqs import SQSClient
 
@@ -13,13 +13,15 @@ from leaseworker.settings import Settings
 
 # Lease calls carry their own asyncio deadline; the SDK may retry once inside it, no more.
 # Standard mode with 10 attempts held one call for 48 s in a throttling storm.
-LEASE_CLIENT_CONFIG = Config(
+LEASE_CLIENT_CONFIG = AioConfig(
     connect_timeout=2,
     read_timeout=4,
     retries={"max_attempts": 2, "mode": "standard"},
     max_pool_connections=64,
 )
-CONTROL_CLIENT_CONFIG = Config(connect_timeout=2, read_timeout=25, retries={"max_attempts": 3, "mode": "standard"})
+CONTROL_CLIENT_CONFIG = AioConfig(
+    connect_timeout=2, read_timeout=25, retries={"max_attempts": 3, "mode": "standard"}
+)
 
 
 async def dynamodb_client(
@@ -40,7 +42,6 @@ async def sqs_client(stack: AsyncExitStack, session: aioboto3.Session, settings:
     client: SQSClient = await stack.enter_async_context(
         session.client(
             "sqs",
-            endpoint_url=settings.endpoint_url,
             region_name=settings.region,
             config=CONTROL_CLIENT_CONFIG,
         )

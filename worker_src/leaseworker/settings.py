@@ -176,7 +176,8 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> 
         "worker_id": source.get("WORKER_ID") or default_worker_id(source),
         "allow_insecure_ws": _bool(source, "ALLOW_INSECURE_WS", False),
         "otel_endpoint": source.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
-        "endpoint_url": source.get("AWS_ENDPOINT_URL") or None,
+        # DynamoDB's endpoint; other services keep botocore's own resolution of AWS_ENDPOINT_URL(_<SERVICE>).
+        "endpoint_url": source.get("AWS_ENDPOINT_URL_DYNAMODB") or source.get("AWS_ENDPOINT_URL") or None,
         "region": source.get("AWS_REGION") or source.get("AWS_DEFAULT_REGION") or None,
     }
     values.update({k: v for k, v in overrides.items() if v is not None})

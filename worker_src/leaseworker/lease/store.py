@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from botocore.exceptions import BotoCoreError, ClientError
 from types_aiobotocore_dynamodb import DynamoDBClient
@@ -181,10 +181,9 @@ class LeaseStore:
             if _code(error) != "ConditionalCheckFailedException":
                 raise _translate(error) from error
             old = _old_item(error)
-            if (
-                old.get("lease_owner", {}).get("S") == lease.owner
-                and old.get("lease_epoch", {}).get("N") == str(lease.epoch)
-            ):
+            if old.get("lease_owner", {}).get("S") == lease.owner and old.get("lease_epoch", {}).get(
+                "N"
+            ) == str(lease.epoch):
                 return Stopped()
             return _lost_from(error, "renewal refused")
         return Renewed()
@@ -202,7 +201,9 @@ class LeaseStore:
         update = "SET lease_expires_at_ms = :zero, updated_at_ms = :now REMOVE lease_owner"
         values: dict[str, Any] = {":zero": {"N": "0"}, ":now": {"N": str(now_ms())}}
         if last_seq is not None and last_seq > lease.start_seq:
-            update = "SET lease_expires_at_ms = :zero, updated_at_ms = :now, last_seq = :seq REMOVE lease_owner"
+            update = (
+                "SET lease_expires_at_ms = :zero, updated_at_ms = :now, last_seq = :seq REMOVE lease_owner"
+            )
             values[":seq"] = {"N": str(last_seq)}
         return await self._conditional(lease, update, values)
 
@@ -238,7 +239,10 @@ class LeaseStore:
                 "TableName": self._table,
                 "IndexName": GSI_BY_STATE_EXPIRY,
                 "KeyConditionExpression": "desired_state = :started AND lease_expires_at_ms < :threshold",
-                "ExpressionAttributeValues": {":started": {"S": STARTED}, ":threshold": {"N": str(threshold)}},
+                "ExpressionAttributeValues": {
+                    ":started": {"S": STARTED},
+                    ":threshold": {"N": str(threshold)},
+                },
                 "ProjectionExpression": "connection_id",
                 "Limit": max(1, min(limit - len(found), 1000)),
             }
@@ -322,8 +326,9 @@ def _translate(error: ClientError) -> Exception:
 
 
 def _old_item(error: ClientError) -> dict[str, Any]:
-    item: dict[str, Any] = dict(error.response.get("Item", {}))  # type: ignore[arg-type]
-    return item
+    # Present when the call set ReturnValuesOnConditionCheckFailure=ALL_OLD and the item exists.
+    item = cast(dict[str, Any], error.response).get("Item")
+    return dict(item) if isinstance(item, dict) else {}
 
 
 def _lost_from(error: ClientError, reason: str) -> Lost:
@@ -335,4 +340,3 @@ def _lost_from(error: ClientError, reason: str) -> Lost:
     state = old.get("desired_state", {}).get("S")
     detail = f"held by {holder} at epoch {epoch_raw}" if holder else f"desired_state {state}"
     return Lost(holder, int(epoch_raw) if epoch_raw else None, f"{reason}: {detail}")
-

@@ -124,7 +124,9 @@ def _wait_http(url: str, process: ManagedProcess, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not process.alive():
-            raise ServiceError(f"{process.name} exited with code {process.popen.returncode}; see {process.log_path}")
+            raise ServiceError(
+                f"{process.name} exited with code {process.popen.returncode}; see {process.log_path}"
+            )
         try:
             with urllib.request.urlopen(url, timeout=1):
                 return
@@ -141,7 +143,9 @@ def start_dynamodb_local(
 ) -> ManagedProcess:
     java = shutil.which("java")
     if java is None:
-        raise ServiceError("Java 17+ is required for DynamoDB Local: sudo apt-get install -y openjdk-17-jre-headless")
+        raise ServiceError(
+            "Java 17+ is required for DynamoDB Local: sudo apt-get install -y openjdk-17-jre-headless"
+        )
     lib = find_dynamodb_local()
     port = port or free_port()
     argv = [

@@ -1,0 +1,1 @@
+"""The `leaseworker` command line: the same control plane for local runs and AWS."""

@@ -1,0 +1,158 @@
+"""`leaseworker connections ...`: the operator's view and control of connections."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import aioboto3
+import click
+from rich.console import Console
+from rich.table import Table
+
+from leaseworker.aws import CONTROL_CLIENT_CONFIG
+from leaseworker.cli.errors import run_async
+from leaseworker.cli.main import Target, cli, resolve_target, target_options
+from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.notify import Notifier
+
+T = TypeVar("T")
+
+
+@cli.group()
+def connections() -> None:
+    """Add, stop, start, remove, list and show connections."""
+
+
+async def _with_admin(
+    target: Target, action: Callable[[LeaseTableAdmin], Awaitable[T]], notify: str | None
+) -> T:
+    session = aioboto3.Session()
+    async with session.client(
+        "dynamodb", endpoint_url=target.endpoint_url, config=CONTROL_CLIENT_CONFIG
+    ) as client:
+        result = await action(LeaseTableAdmin(client, target.table))
+    queue_url = os.environ.get("NOTIFY_QUEUE_URL")
+    if notify and queue_url:
+        async with session.client("sqs", config=CONTROL_CLIENT_CONFIG) as sqs:
+            await Notifier(sqs, queue_url).connection_changed(notify)
+    return result
+
+
+def _run(
+    ctx: click.Context,
+    table: str | None,
+    endpoint_url: str | None,
+    action: Callable[[LeaseTableAdmin], Awaitable[T]],
+    notify: str | None = None,
+) -> T:
+    target = resolve_target(ctx, table, endpoint_url)
+    return run_async(_with_admin(target, action, notify), table=target.table, endpoint=target.endpoint_url)
+
+
+@target_options
+@connections.command("add")
+@click.argument("connection_id")
+@click.option("--url", required=True, help="Upstream address: wss://... (ws:// only for loopback)")
+@click.pass_context
+def add(
+    ctx: click.Context, connection_id: str, url: str, table: str | None, endpoint_url: str | None
+) -> None:
+    """Add a STARTED connection; a worker picks it up within one reconcile period."""
+    _run(ctx, table, endpoint_url, lambda admin: admin.add(connection_id, url), notify=connection_id)
+    click.echo(f"added {connection_id}")
+
+
+@target_options
+@connections.command("stop")
+@click.argument("connection_id")
+@click.pass_context
+def stop(ctx: click.Context, connection_id: str, table: str | None, endpoint_url: str | None) -> None:
+    """Set desired_state STOPPED: its owner closes and releases it."""
+    _run(ctx, table, endpoint_url, lambda admin: admin.stop(connection_id), notify=connection_id)
+    click.echo(f"stopped {connection_id}")
+
+
+@target_options
+@connections.command("start")
+@click.argument("connection_id")
+@click.pass_context
+def start(ctx: click.Context, connection_id: str, table: str | None, endpoint_url: str | None) -> None:
+    """Set desired_state STARTED (and clear a recorded failure)."""
+    _run(ctx, table, endpoint_url, lambda admin: admin.start(connection_id), notify=connection_id)
+    click.echo(f"started {connection_id}")
+
+
+@target_options
+@connections.command("remove")
+@click.argument("connection_id")
+@click.pass_context
+def remove(ctx: click.Context, connection_id: str, table: str | None, endpoint_url: str | None) -> None:
+    """Delete the connection; its owner drops it at the next heartbeat."""
+    _run(ctx, table, endpoint_url, lambda admin: admin.remove(connection_id), notify=connection_id)
+    click.echo(f"removed {connection_id}")
+
+
+@target_options
+@connections.command("list")
+@click.option("--json", "as_json", is_flag=True, help="A JSON array, one object per connection")
+@click.pass_context
+def list_(ctx: click.Context, as_json: bool, table: str | None, endpoint_url: str | None) -> None:
+    """Every connection: state, owner, epoch, lease age, checkpoint, last error."""
+    items = _run(ctx, table, endpoint_url, lambda admin: admin.list())
+    if as_json:
+        click.echo(json.dumps(items, indent=2))
+        return
+    Console().print(render_table(items))
+
+
+@target_options
+@connections.command("show")
+@click.argument("connection_id")
+@click.option("--json", "as_json", is_flag=True, help="The item as a JSON object")
+@click.pass_context
+def show(
+    ctx: click.Context, connection_id: str, as_json: bool, table: str | None, endpoint_url: str | None
+) -> None:
+    """Every attribute of one connection."""
+    item = _run(ctx, table, endpoint_url, lambda admin: admin.show(connection_id))
+    if as_json:
+        click.echo(json.dumps(item, indent=2))
+        return
+    now = int(time.time() * 1000)
+    width = max(len(key) for key in item)
+    for key in sorted(item):
+        value = item[key]
+        note = ""
+        if key in ("lease_expires_at_ms", "updated_at_ms") and isinstance(value, int) and value > 0:
+            note = f"  ({(value - now) / 1000:+.1f} s from now)"
+        click.echo(f"{key:<{width}}  {value}{note}")
+
+
+def render_table(items: list[dict[str, Any]]) -> Table:
+    now = int(time.time() * 1000)
+    table = Table(title=f"{len(items)} connections", title_justify="left")
+    for column in ("connection", "state", "owner", "epoch", "lease", "last_seq", "last_error"):
+        table.add_column(column, overflow="fold")
+    for item in items:
+        expires = int(item.get("lease_expires_at_ms", 0) or 0)
+        owner = item.get("lease_owner")
+        if not owner or expires == 0:
+            lease = "free"
+        elif expires > now:
+            lease = f"{(expires - now) / 1000:.1f}s left"
+        else:
+            lease = f"expired {(now - expires) / 1000:.1f}s"
+        table.add_row(
+            str(item.get("connection_id")),
+            str(item.get("desired_state", "?")),
+            str(owner or "-"),
+            str(item.get("lease_epoch", 0)),
+            lease,
+            str(item.get("last_seq", -1)),
+            str(item.get("last_error") or ""),
+        )
+    return table

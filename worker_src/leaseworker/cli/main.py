@@ -1,0 +1,90 @@
+"""`leaseworker`: run a worker, administer the lease table, run the local fleet."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import click
+
+from leaseworker import __version__
+from leaseworker.settings import DEFAULT_TABLE
+
+
+@dataclass
+class Target:
+    """Which lease table the command acts on: --table / TABLE_NAME, --endpoint-url / AWS_ENDPOINT_URL."""
+
+    table: str
+    endpoint_url: str | None
+
+
+def target_options(command: click.Command) -> click.Command:
+    """--table and --endpoint-url on every command (they also work before the subcommand)."""
+    command.params.extend(
+        [
+            click.Option(
+                ["--table"],
+                envvar="TABLE_NAME",
+                default=None,
+                help=f"Lease table name [env TABLE_NAME; default {DEFAULT_TABLE}]",
+            ),
+            click.Option(
+                ["--endpoint-url"],
+                envvar=["AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL"],
+                default=None,
+                help="DynamoDB endpoint, e.g. DynamoDB Local [env AWS_ENDPOINT_URL(_DYNAMODB)]",
+            ),
+        ]
+    )
+    return command
+
+
+def resolve_target(ctx: click.Context, table: str | None, endpoint_url: str | None) -> Target:
+    parent = ctx.find_object(Target)
+    resolved = Target(
+        table=table or (parent.table if parent else None) or DEFAULT_TABLE,
+        endpoint_url=endpoint_url or (parent.endpoint_url if parent else None),
+    )
+    # The worker's settings read the same variables: keep them consistent for this process.
+    # The endpoint is DynamoDB's only; SQS and Kinesis keep botocore's own endpoint resolution.
+    os.environ["TABLE_NAME"] = resolved.table
+    if resolved.endpoint_url:
+        os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = resolved.endpoint_url
+    return resolved
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="leaseworker")
+@click.pass_context
+def cli(ctx: click.Context, table: str | None = None, endpoint_url: str | None = None) -> None:
+    """Long-lived upstream WebSocket feeds, each consumed by exactly one worker.
+
+    \b
+    Ownership is a lease in a DynamoDB table: a crashed worker's connections are
+    taken over, a stopped worker hands them over at once. Every command works
+    against AWS or against DynamoDB Local (--endpoint-url).
+
+    \b
+    Quick start on a laptop:
+      leaseworker local up                 the whole fleet, with a live view
+    Against a table:
+      leaseworker table create
+      leaseworker connections add feed-1 --url wss://example.com/feed
+      leaseworker connections list
+      leaseworker run
+    """
+    ctx.obj = Target(table or os.environ.get("TABLE_NAME") or DEFAULT_TABLE, endpoint_url)
+
+
+target_options(cli)
+
+
+def main() -> None:
+    from leaseworker.cli import connections, local, run, table  # noqa: F401  (registers commands)
+
+    cli(prog_name="leaseworker")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""The ownership interface the worker's loops use, and its `connection`-mode implementation.
+
+The worker never talks to the store directly: it asks an `Ownership` for claimable connections,
+claims them, renews what it holds and checkpoints and releases under the epoch it holds. Session
+mode (DESIGN.md §2b) slots in as a second implementation of the same interface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+from leaseworker.lease.errors import StoreError
+from leaseworker.lease.model import ConnectionItem, Lease, renewal_timeout
+from leaseworker.lease.store import AcquireResult, LeaseStore, Renewed, RenewResult
+from leaseworker.settings import Settings
+
+RENEW_CONCURRENCY = 64
+
+
+class Ownership(Protocol):
+    async def find_claimable(self, limit: int) -> list[str]: ...
+
+    async def claim(self, connection_id: str) -> AcquireResult: ...
+
+    async def renew(self, leases: Sequence[Lease]) -> list[tuple[Lease, RenewResult | StoreError]]: ...
+
+    async def checkpoint(self, lease: Lease, seq: int) -> bool: ...
+
+    async def release(self, lease: Lease, last_seq: int | None) -> bool: ...
+
+    async def mark_failed(self, lease: Lease, reason: str) -> bool: ...
+
+    async def record_failure(self, lease: Lease, reason: str) -> bool: ...
+
+    async def status(self, connection_id: str) -> ConnectionItem | None: ...
+
+
+class ConnectionLeases:
+    """`connection` mode: one lease per connection item, each renewed every heartbeat."""
+
+    def __init__(self, store: LeaseStore, settings: Settings) -> None:
+        self._store = store
+        self._settings = settings
+        self._me = settings.worker_id
+
+    async def find_claimable(self, limit: int) -> list[str]:
+        return await self._store.find_orphans(limit)
+
+    async def claim(self, connection_id: str) -> AcquireResult:
+        return await self._store.acquire(connection_id, self._me)
+
+    async def renew(self, leases: Sequence[Lease]) -> list[tuple[Lease, RenewResult | StoreError]]:
+        """Renew concurrently; each renewal's deadline is no later than its lease's validity."""
+        gate = asyncio.Semaphore(RENEW_CONCURRENCY)
+
+        async def one(lease: Lease) -> tuple[Lease, RenewResult | StoreError]:
+            async with gate:
+                sent_at = time.monotonic()
+                timeout = renewal_timeout(lease, sent_at, self._settings)
+                if timeout <= 0:
+                    return lease, StoreError("lease deadline passed before the renewal could be sent")
+                try:
+                    result = await self._store.renew(lease, timeout=timeout)
+                except StoreError as error:
+                    return lease, error
+                if isinstance(result, Renewed):
+                    lease.renewed(sent_at, self._settings)
+                return lease, result
+
+        return list(await asyncio.gather(*(one(lease) for lease in leases)))
+
+    async def checkpoint(self, lease: Lease, seq: int) -> bool:
+        return await self._store.checkpoint(lease, seq)
+
+    async def release(self, lease: Lease, last_seq: int | None) -> bool:
+        return await self._store.release(lease, last_seq)
+
+    async def mark_failed(self, lease: Lease, reason: str) -> bool:
+        return await self._store.mark_failed(lease, reason)
+
+    async def record_failure(self, lease: Lease, reason: str) -> bool:
+        return await self._store.record_failure(lease, reason)
+
+    async def status(self, connection_id: str) -> ConnectionItem | None:
+        return await self._store.get(connection_id)

@@ -1,0 +1,294 @@
+"""A local fleet: DynamoDB Local, an SQS endpoint, the seqfeed/1 feed and N worker processes.
+
+Every process is a child started in its own session and stopped by pid. The fleet is what
+`leaseworker local up` runs and what the system tests drive (kill, pause, terminate).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aioboto3
+
+from leaseworker.aws import CONTROL_CLIENT_CONFIG
+from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.local.services import (
+    LOCAL_CREDENTIALS,
+    ManagedProcess,
+    ServiceError,
+    spawn,
+    start_dynamodb_local,
+    start_moto_server,
+)
+
+TABLE = "leaseworker-connections"
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Lease timings for the fleet's workers (environment values, DESIGN.md §7)."""
+
+    lease_seconds: float = 20.0
+    heartbeat_seconds: float = 5.0
+    reconcile_seconds: float = 5.0
+    checkpoint_seconds: float = 5.0
+    max_clock_skew_ms: int = 1000
+    metrics_seconds: float = 30.0
+    shutdown_grace_seconds: float = 10.0
+
+    def env(self) -> dict[str, str]:
+        return {
+            "LEASE_SECONDS": str(self.lease_seconds),
+            "HEARTBEAT_SECONDS": str(self.heartbeat_seconds),
+            "RECONCILE_SECONDS": str(self.reconcile_seconds),
+            "CHECKPOINT_SECONDS": str(self.checkpoint_seconds),
+            "MAX_CLOCK_SKEW_MS": str(self.max_clock_skew_ms),
+            "METRICS_SECONDS": str(self.metrics_seconds),
+            "SHUTDOWN_GRACE_SECONDS": str(self.shutdown_grace_seconds),
+        }
+
+
+FAST = Timings(
+    lease_seconds=3.0,
+    heartbeat_seconds=1.0,
+    reconcile_seconds=1.0,
+    checkpoint_seconds=1.0,
+    max_clock_skew_ms=200,
+    metrics_seconds=2.0,
+    shutdown_grace_seconds=10.0,
+)
+
+
+@dataclass
+class WorkerProcess:
+    name: str
+    process: ManagedProcess
+    started_at: float = field(default_factory=time.time)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+class Fleet:
+    """Start, fault and stop a local fleet. Use as a context manager: exit stops everything."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        timings: Timings = FAST,
+        feed_rate: float = 20.0,
+        with_sqs: bool = True,
+        max_connections: int | None = None,
+        sink: str | None = None,
+    ) -> None:
+        self.root = root
+        self.timings = timings
+        self.feed_rate = feed_rate
+        self.with_sqs = with_sqs
+        self.max_connections = max_connections
+        self.sink_dir = root / "sink"
+        self.sink = sink or f"file:{self.sink_dir}"
+        self.logs = root / "logs"
+        self.feed_log = root / "feed-sessions.jsonl"
+        self.dynamodb: ManagedProcess | None = None
+        self.moto: ManagedProcess | None = None
+        self.feed: ManagedProcess | None = None
+        self.feed_url = ""
+        self.queue_url: str | None = None
+        self.workers: dict[str, WorkerProcess] = {}
+        self._counter = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> Fleet:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(exist_ok=True)
+        self.dynamodb = start_dynamodb_local(log_path=self.logs / "dynamodb-local.log")
+        if self.with_sqs:
+            self.moto = start_moto_server(log_path=self.logs / "moto.log")
+            self.queue_url = self._create_queue()
+        self._start_feed()
+        asyncio.run(self._create_table())
+
+    def stop(self) -> None:
+        for worker in list(self.workers.values()):
+            if worker.process.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker.pid, signal.SIGCONT)
+            worker.process.stop(timeout=self.timings.shutdown_grace_seconds + 2)
+        for service in (self.feed, self.moto, self.dynamodb):
+            if service is not None:
+                service.stop()
+
+    def children(self) -> list[ManagedProcess]:
+        services = [s for s in (self.dynamodb, self.moto, self.feed) if s is not None]
+        return services + [w.process for w in self.workers.values()]
+
+    # ------------------------------------------------------------------ services
+
+    @property
+    def endpoint(self) -> str:
+        assert self.dynamodb is not None
+        return self.dynamodb.url
+
+    def env(self) -> dict[str, str]:
+        """The environment a worker or a CLI command needs to act on this fleet."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OTEL_"))}
+        env.update(LOCAL_CREDENTIALS)
+        env.update(self.timings.env())
+        env.update({"TABLE_NAME": TABLE, "AWS_ENDPOINT_URL_DYNAMODB": self.endpoint})
+        if self.moto is not None:
+            env["AWS_ENDPOINT_URL_SQS"] = self.moto.url
+            env["AWS_ENDPOINT_URL_KINESIS"] = self.moto.url
+        if self.queue_url:
+            env["NOTIFY_QUEUE_URL"] = self.queue_url
+        if self.max_connections:
+            env["MAX_CONNECTIONS"] = str(self.max_connections)
+        env["SINK"] = self.sink
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def _create_queue(self) -> str:
+        assert self.moto is not None
+
+        async def create(endpoint: str) -> str:
+            async with aioboto3.Session().client(
+                "sqs",
+                endpoint_url=endpoint,
+                region_name="us-east-1",
+                aws_access_key_id="local",
+                aws_secret_access_key="local",
+            ) as sqs:
+                return (await sqs.create_queue(QueueName="leaseworker-notify"))["QueueUrl"]
+
+        return asyncio.run(create(self.moto.url))
+
+    def _start_feed(self) -> None:
+        argv = [
+            sys.executable,
+            "-m",
+            "leaseworker.feed",
+            "--port",
+            "0",
+            "--rate",
+            str(self.feed_rate),
+            "--session-log",
+            str(self.feed_log),
+        ]
+        out = self.logs / "feed.out"
+        process = spawn("feed", argv, port=0, log_path=out)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if not process.alive():
+                raise ServiceError(f"the feed exited; see {out}")
+            for line in out.read_text().splitlines():
+                if line.startswith('{"feed"'):
+                    self.feed_url = json.loads(line)["feed"]
+                    process.port = int(self.feed_url.rsplit(":", 1)[1])
+                    self.feed = process
+                    return
+            time.sleep(0.05)
+        process.stop()
+        raise ServiceError("the feed did not start within 15 s")
+
+    async def _create_table(self) -> None:
+        async with aioboto3.Session().client(
+            "dynamodb",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="local",
+            aws_secret_access_key="local",
+            config=CONTROL_CLIENT_CONFIG,
+        ) as client:
+            await LeaseTableAdmin(client, TABLE).create_table()
+
+    # ------------------------------------------------------------------ connections
+
+    def url_for(self, connection_id: str, **query: str) -> str:
+        base = f"{self.feed_url}/feeds/{connection_id}"
+        return base + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
+
+    def add_connections(self, ids: list[str], **query: str) -> None:
+        asyncio.run(
+            self._admin(lambda admin: _add_all(admin, [(cid, self.url_for(cid, **query)) for cid in ids]))
+        )
+
+    def add_connection(self, connection_id: str, url: str) -> None:
+        asyncio.run(self._admin(lambda admin: admin.add(connection_id, url)))
+
+    def list_connections(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = asyncio.run(self._admin(lambda admin: admin.list()))
+        return result
+
+    def stop_connection(self, connection_id: str) -> None:
+        asyncio.run(self._admin(lambda admin: admin.stop(connection_id)))
+
+    async def _admin(self, action: Any) -> Any:
+        async with aioboto3.Session().client(
+            "dynamodb",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="local",
+            aws_secret_access_key="local",
+            config=CONTROL_CLIENT_CONFIG,
+        ) as client:
+            return await action(LeaseTableAdmin(client, TABLE))
+
+    # ------------------------------------------------------------------ workers
+
+    def start_worker(
+        self, name: str | None = None, *, extra_env: dict[str, str] | None = None
+    ) -> WorkerProcess:
+        self._counter += 1
+        name = name or f"w{self._counter}"
+        env = self.env()
+        env["WORKER_ID"] = name
+        env.update(extra_env or {})
+        argv = [sys.executable, "-m", "leaseworker", "run"]
+        process = spawn(f"worker {name}", argv, port=0, log_path=self.logs / f"{name}.log", env=env)
+        worker = WorkerProcess(name, process)
+        self.workers[name] = worker
+        return worker
+
+    def signal(self, name: str, signum: int) -> float:
+        """Send `signum` to a worker; returns the wall-clock time (s) it was sent."""
+        sent = time.time()
+        os.kill(self.workers[name].pid, signum)
+        return sent
+
+    def wait_exit(self, name: str, timeout: float) -> int | None:
+        try:
+            return self.workers[name].process.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def owners(self) -> dict[str, str | None]:
+        return {str(item["connection_id"]): item.get("lease_owner") for item in self.list_connections()}
+
+
+async def _add_all(admin: LeaseTableAdmin, pairs: list[tuple[str, str]]) -> None:
+    for cid, url in pairs:
+        await admin.add(cid, url)

@@ -1,0 +1,72 @@
+"""`leaseworker run`: wire the settings into clients, sink, telemetry and the Worker, then run it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+
+import aioboto3
+
+from leaseworker.aws import dynamodb_client, sqs_client
+from leaseworker.lease.ownership import ConnectionLeases
+from leaseworker.lease.store import LeaseStore
+from leaseworker.notify import Notifier, notifications
+from leaseworker.observability.logging import configure_logging, get_logger
+from leaseworker.observability.metrics import WorkerMetrics
+from leaseworker.observability.tracing import configure_tracing
+from leaseworker.protocol.seqfeed import SeqfeedProtocol
+from leaseworker.settings import Settings, SettingsError
+from leaseworker.sinks.factory import open_sink
+from leaseworker.worker.app import Worker
+from leaseworker.worker.session import SessionDeps
+
+logger = get_logger(__name__)
+
+
+async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
+    if settings.lease_mode != "connection":
+        raise SettingsError(
+            "LEASE_MODE", settings.lease_mode, "only 'connection' is implemented in this version"
+        )
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)  # the handler only sets an Event
+    configure_logging(os.environ.get("LOG_LEVEL", "INFO"))
+    async with AsyncExitStack() as stack:
+        session = aioboto3.Session()
+        ddb = await dynamodb_client(stack, session, settings)
+        sink = await open_sink(
+            settings.sink,
+            worker_id=settings.worker_id,
+            stack=stack,
+            session=session,
+            endpoint_url=None,  # botocore resolves AWS_ENDPOINT_URL_KINESIS / AWS_ENDPOINT_URL
+            region=settings.region,
+        )
+        notifier = Notifier(None, None)
+        source = None
+        if settings.notify_queue_url:
+            sqs = await sqs_client(stack, session, settings)
+            queue_url = settings.notify_queue_url
+            notifier = Notifier(sqs, queue_url)
+
+            def source(stop_event: asyncio.Event) -> AsyncIterator[str]:
+                return notifications(sqs, queue_url, stop=stop_event)
+
+        metrics = WorkerMetrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "Leaseworker")
+        tracing = configure_tracing(settings.otel_endpoint)
+        stack.push_async_callback(asyncio.to_thread, tracing.shutdown)
+        deps = SessionDeps(
+            settings=settings, sink=sink, protocol=SeqfeedProtocol(), metrics=metrics, tracing=tracing
+        )
+        worker = Worker(
+            ownership=ConnectionLeases(LeaseStore(ddb, settings), settings),
+            deps=deps,
+            notifier=notifier,
+            notifications=source,
+        )
+        await worker.run(stop)
