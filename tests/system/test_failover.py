@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from leaseworker.local.fleet import FAST, Fleet
 from leaseworker.local.invariants import check_all, read_events, resubscribed_after
 

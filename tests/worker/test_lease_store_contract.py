@@ -8,8 +8,6 @@ import time
 
 import aioboto3
 import pytest
-from types_aiobotocore_dynamodb import DynamoDBClient
-
 from leaseworker.aws import LEASE_CLIENT_CONFIG
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.errors import StoreUnavailable, TableMissing
@@ -17,6 +15,7 @@ from leaseworker.lease.model import LeaseState
 from leaseworker.lease.store import Acquired, LeaseStore, Lost, Malformed, Renewed, Stopped
 from leaseworker.local.services import free_port
 from leaseworker.settings import Settings
+from types_aiobotocore_dynamodb import DynamoDBClient
 
 URL = "ws://127.0.0.1:9/feeds/x"
 
@@ -32,7 +31,9 @@ def acquired(result: object) -> Acquired:
     return result
 
 
-async def test_fifty_concurrent_acquirers_one_winner(ddb: DynamoDBClient, table: str, settings: Settings) -> None:
+async def test_fifty_concurrent_acquirers_one_winner(
+    ddb: DynamoDBClient, table: str, settings: Settings
+) -> None:
     await add(ddb, table, "c1")
     store = LeaseStore(ddb, settings)
     results = await asyncio.gather(*(store.acquire("c1", f"w{i}") for i in range(50)))
@@ -59,7 +60,9 @@ async def test_renewal_by_non_owner_fails(ddb: DynamoDBClient, table: str, setti
     assert isinstance(await store.renew(lease, timeout=1.0), Renewed)
 
 
-async def test_epoch_increases_on_every_acquisition(ddb: DynamoDBClient, table: str, settings: Settings) -> None:
+async def test_epoch_increases_on_every_acquisition(
+    ddb: DynamoDBClient, table: str, settings: Settings
+) -> None:
     await add(ddb, table, "c1")
     store = LeaseStore(ddb, settings)
     epochs = []
@@ -81,7 +84,9 @@ async def test_live_lease_cannot_be_acquired(ddb: DynamoDBClient, table: str, se
 
 
 async def test_expired_lease_is_taken_over_after_skew(ddb: DynamoDBClient, table: str) -> None:
-    fast = Settings(table_name=table, lease_seconds=0.4, heartbeat_seconds=0.1, max_clock_skew_ms=50, worker_id="w")
+    fast = Settings(
+        table_name=table, lease_seconds=0.4, heartbeat_seconds=0.1, max_clock_skew_ms=50, worker_id="w"
+    )
     await add(ddb, table, "c1")
     store = LeaseStore(ddb, fast)
     first = acquired(await store.acquire("c1", "a")).lease
@@ -101,13 +106,20 @@ async def test_release_is_conditional(ddb: DynamoDBClient, table: str, settings:
     assert item is not None and item.lease_owner == "a" and item.last_seq == -1
     assert await store.release(lease, 10)
     item = await store.get("c1")
-    assert item is not None and item.lease_owner is None and item.lease_expires_at_ms == 0 and item.last_seq == 10
+    assert (
+        item is not None
+        and item.lease_owner is None
+        and item.lease_expires_at_ms == 0
+        and item.last_seq == 10
+    )
     # Released means immediately acquirable by anyone.
     assert acquired(await store.acquire("c1", "b")).lease.start_seq == 10
 
 
 async def test_zombie_cannot_checkpoint_after_takeover(ddb: DynamoDBClient, table: str) -> None:
-    fast = Settings(table_name=table, lease_seconds=0.4, heartbeat_seconds=0.1, max_clock_skew_ms=50, worker_id="w")
+    fast = Settings(
+        table_name=table, lease_seconds=0.4, heartbeat_seconds=0.1, max_clock_skew_ms=50, worker_id="w"
+    )
     await add(ddb, table, "c1")
     store = LeaseStore(ddb, fast)
     zombie = acquired(await store.acquire("c1", "zombie")).lease
@@ -135,7 +147,9 @@ async def test_orphan_query_finds_new_and_released_never_live(
     assert len(await store.find_orphans(1)) == 1
 
 
-async def test_stopped_connection_renewal_says_stopped(ddb: DynamoDBClient, table: str, settings: Settings) -> None:
+async def test_stopped_connection_renewal_says_stopped(
+    ddb: DynamoDBClient, table: str, settings: Settings
+) -> None:
     await add(ddb, table, "c1")
     store = LeaseStore(ddb, settings)
     lease = acquired(await store.acquire("c1", "a")).lease
@@ -144,7 +158,9 @@ async def test_stopped_connection_renewal_says_stopped(ddb: DynamoDBClient, tabl
     assert await store.release(lease, None)
 
 
-async def test_removed_connection_renewal_is_lost(ddb: DynamoDBClient, table: str, settings: Settings) -> None:
+async def test_removed_connection_renewal_is_lost(
+    ddb: DynamoDBClient, table: str, settings: Settings
+) -> None:
     await add(ddb, table, "c1")
     store = LeaseStore(ddb, settings)
     lease = acquired(await store.acquire("c1", "a")).lease
@@ -189,7 +205,10 @@ async def test_lost_lease_state_is_terminal(ddb: DynamoDBClient, table: str, set
 async def test_unreachable_store_raises_typed_error_within_deadline(settings: Settings) -> None:
     session = aioboto3.Session()
     async with session.client(
-        "dynamodb", endpoint_url=f"http://127.0.0.1:{free_port()}", region_name="us-east-1", config=LEASE_CLIENT_CONFIG
+        "dynamodb",
+        endpoint_url=f"http://127.0.0.1:{free_port()}",
+        region_name="us-east-1",
+        config=LEASE_CLIENT_CONFIG,
     ) as client:
         store = LeaseStore(client, settings, call_timeout=1.0)
         started = time.monotonic()

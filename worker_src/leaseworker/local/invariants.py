@@ -6,6 +6,7 @@ table says; L1/L2 on when the upstream saw subscriptions.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -81,7 +82,7 @@ def check_s1(records: dict[str, list[Delivered]], report: Report) -> None:
             last_of[item.epoch] = max(last_of.get(item.epoch, item.received_at_ms), item.received_at_ms)
             first_of[item.epoch] = min(first_of.get(item.epoch, item.received_at_ms), item.received_at_ms)
         epochs = sorted(last_of)
-        for lower, higher in zip(epochs, epochs[1:], strict=False):
+        for lower, higher in itertools.pairwise(epochs):
             if last_of[lower] > first_of[higher]:
                 report.violations.append(
                     f"S1 {cid}: epoch {lower} delivered at {last_of[lower]} after epoch {higher} began "
