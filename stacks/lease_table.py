@@ -15,13 +15,17 @@ STATE_EXPIRY_INDEX_SK = "lease_expires_at_ms"
 class LeaseTable(Construct):
     """On-demand, PITR, encrypted; `by-state-expiry` finds STARTED connections whose lease expired.
 
-    The GSI projects ALL attributes. The reconciler acts on what the query returns (ws_url,
-    last_seq, lease_epoch, lease_owner, failures) without a GetItem per orphan, and the
-    worker team can read any §2 attribute from index results without a coordinated schema
-    change here: an INCLUDE list that misses one silently returns partial items. Items are
-    small (< 1 KB), so the extra index storage is negligible. The cost, stated not hidden:
-    every write that changes any attribute of an item in the index (checkpoints included)
-    is replicated to the index, on top of the sort-key rewrite per renewal (DESIGN.md §2a).
+    The GSI projects ALL attributes. The index is the worker's view of "what needs an
+    owner", and projecting everything means any reader of it (the reconciler today asks only
+    for connection_id; the CLI's listing and the session-mode free-connection search may
+    want ws_url, lease_owner, lease_epoch, last_seq, failures) gets whole items without a
+    GetItem per result and without a coordinated schema change here: an INCLUDE list that
+    misses an attribute silently returns partial items, and a GSI projection cannot be
+    changed in place (the index must be recreated). Items are small (< 1 KB), so storage is
+    negligible. The cost, stated not hidden: every write that changes any attribute of an
+    item in the index, checkpoints included, is also written to the index, on top of the
+    sort-key rewrite per renewal (DESIGN.md §2a). KEYS_ONLY would avoid the checkpoint
+    replication if that cost ever matters more than the flexibility.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, retain: bool) -> None:

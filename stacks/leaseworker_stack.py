@@ -21,18 +21,19 @@ from stacks.worker_service import WorkerService
 
 WORKER_SOURCE = Path(__file__).resolve().parent.parent / "worker_src"
 
-# The worker's lease store calls (DESIGN.md §2): acquire/renew/release/checkpoint are
-# conditional UpdateItems, session items are Put/Update/Delete, reads are GetItem, and the
-# reconciler queries the by-state-expiry index. No Scan, no batch or table-level actions.
+# Exactly what the worker process calls (tests/infra/test_iam.py scans worker_src to keep this
+# in step): the lease store's conditional UpdateItems (acquire, renew, release, checkpoint)
+# and GetItem on the table, and Query on the by-state-expiry index (reconcile). Table
+# administration (PutItem, DeleteItem, Scan, DescribeTable) is the CLI's, run with operator
+# credentials, never the task role's.
 TABLE_ITEM_ACTIONS: tuple[str, ...] = (
-    "dynamodb:DeleteItem",
     "dynamodb:GetItem",
-    "dynamodb:PutItem",
     "dynamodb:UpdateItem",
 )
 INDEX_ACTIONS: tuple[str, ...] = ("dynamodb:Query",)
-# Workers both notify peers and consume notifications (DESIGN.md §6). The queue uses
-# SSE-SQS, so no KMS permissions are needed.
+# Workers both notify peers and consume notifications (DESIGN.md §6): SendMessage,
+# ReceiveMessage, DeleteMessageBatch (authorised by sqs:DeleteMessage). The queue uses SSE-SQS,
+# so no KMS permissions are needed.
 QUEUE_ACTIONS: tuple[str, ...] = (
     "sqs:DeleteMessage",
     "sqs:ReceiveMessage",

@@ -7,13 +7,9 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kinesis as kinesis
 from constructs import Construct
 
-# What the worker's `kinesis:<stream>` sink calls: batched PutRecords (PutRecord for a lone
-# record) and DescribeStreamSummary to check the stream at start. Nothing else.
-PRODUCER_ACTIONS: tuple[str, ...] = (
-    "kinesis:DescribeStreamSummary",
-    "kinesis:PutRecord",
-    "kinesis:PutRecords",
-)
+# What the worker's `kinesis:<stream>` sink calls: batched PutRecords, nothing else (it
+# retries partial failures itself and never describes the stream).
+PRODUCER_ACTIONS: tuple[str, ...] = ("kinesis:PutRecords",)
 
 
 class KinesisSink(Construct):

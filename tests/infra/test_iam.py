@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from tests.infra.conftest import Synth
+from tests.infra.conftest import REPO, Synth
 
 
 def role_statements(synth: Synth, role_property: str) -> list[dict[str, Any]]:
@@ -61,10 +62,10 @@ TASK_ROLE = {
         "xray:PutTelemetryRecords",
         "xray:PutTraceSegments",
     },
-    "LeaseTable.Arn": {"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+    "LeaseTable.Arn": {"dynamodb:GetItem", "dynamodb:UpdateItem"},
     "LeaseTable.Arn/index/by-state-expiry": {"dynamodb:Query"},
     "NotificationsQueue.Arn": {"sqs:DeleteMessage", "sqs:ReceiveMessage", "sqs:SendMessage"},
-    "SinkStream.Arn": {"kinesis:DescribeStreamSummary", "kinesis:PutRecord", "kinesis:PutRecords"},
+    "SinkStream.Arn": {"kinesis:PutRecords"},
 }
 
 EXECUTION_ROLE = {
@@ -100,3 +101,59 @@ def test_nothing_broad_anywhere(default: Synth) -> None:
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
             actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
             assert all("*" not in action for action in actions), actions
+
+
+# boto3 client methods -> the IAM action that authorises them.
+CALL_ACTIONS = {
+    "get_item": "dynamodb:GetItem",
+    "put_item": "dynamodb:PutItem",
+    "update_item": "dynamodb:UpdateItem",
+    "delete_item": "dynamodb:DeleteItem",
+    "query": "dynamodb:Query",
+    "scan": "dynamodb:Scan",
+    "batch_get_item": "dynamodb:BatchGetItem",
+    "batch_write_item": "dynamodb:BatchWriteItem",
+    "transact_write_items": "dynamodb:ConditionCheckItem",
+    "describe_table": "dynamodb:DescribeTable",
+    "send_message": "sqs:SendMessage",
+    "send_message_batch": "sqs:SendMessage",
+    "receive_message": "sqs:ReceiveMessage",
+    "delete_message": "sqs:DeleteMessage",
+    "delete_message_batch": "sqs:DeleteMessage",
+    "change_message_visibility": "sqs:ChangeMessageVisibility",
+    "get_queue_attributes": "sqs:GetQueueAttributes",
+    "get_queue_url": "sqs:GetQueueUrl",
+    "put_record": "kinesis:PutRecord",
+    "put_records": "kinesis:PutRecords",
+    "describe_stream": "kinesis:DescribeStream",
+    "describe_stream_summary": "kinesis:DescribeStreamSummary",
+    "list_shards": "kinesis:ListShards",
+    "put_metric_data": "cloudwatch:PutMetricData",
+}
+# Operator and local tooling run with the operator's credentials, not the task role.
+NOT_IN_THE_TASK = ("cli/", "local/", "feed/", "lease/admin.py")
+
+
+def worker_calls() -> dict[str, set[str]]:
+    """{IAM action: {files}} for every AWS call the deployed worker process can make."""
+    package = REPO / "worker_src" / "leaseworker"
+    pattern = re.compile(r"\.(" + "|".join(sorted(CALL_ACTIONS, key=len, reverse=True)) + r")\(")
+    found: dict[str, set[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        if relative.startswith(NOT_IN_THE_TASK):
+            continue
+        for call in pattern.findall(path.read_text()):
+            found.setdefault(CALL_ACTIONS[call], set()).add(relative)
+    return found
+
+
+def test_task_role_covers_every_call_the_worker_makes(default: Synth) -> None:
+    """Contract with worker_src: a new AWS call in the worker fails here until it is granted."""
+    granted = set().union(*actions_by_resource(role_statements(default, "TaskRoleArn")).values())
+    calls = worker_calls()
+    missing = {action: files for action, files in calls.items() if action not in granted}
+    assert missing == {}, f"grant these in stacks/leaseworker_stack.py (or stacks/sink.py): {missing}"
+    # And nothing data-plane is granted that the worker never calls (X-Ray is the sidecar's).
+    unused = {a for a in granted if not a.startswith("xray:")} - set(calls)
+    assert unused == set()

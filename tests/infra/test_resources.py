@@ -100,7 +100,8 @@ def test_queue_encrypted_with_dlq_and_tls_only(default: Synth) -> None:
 
 def worker_container(synth: Synth, name: str = "worker") -> dict[str, Any]:
     task_definition = synth.one("AWS::ECS::TaskDefinition")
-    (container,) = [c for c in task_definition["Properties"]["ContainerDefinitions"] if c["Name"] == name]
+    containers: list[dict[str, Any]] = task_definition["Properties"]["ContainerDefinitions"]
+    (container,) = [c for c in containers if c["Name"] == name]
     return container
 
 
@@ -233,11 +234,12 @@ def test_scaling_tracks_average_active_connections(default: Synth, custom: Synth
 
 
 def alarm_by_path(synth: Synth, name: str) -> dict[str, Any]:
-    (alarm,) = [
+    alarms: list[dict[str, Any]] = [
         r["Properties"]
         for r in synth.resources("AWS::CloudWatch::Alarm").values()
         if r["Metadata"]["aws:cdk:path"].endswith(f"/{name}/Resource")
     ]
+    (alarm,) = alarms
     return alarm
 
 
