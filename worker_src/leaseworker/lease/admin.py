@@ -23,6 +23,10 @@ class ConnectionExists(ValueError):
     pass
 
 
+class _TableExists(Exception):
+    pass
+
+
 class UnknownConnection(LookupError):
     def __init__(self, connection_id: str) -> None:
         super().__init__(f"no connection {connection_id!r} in the table")
@@ -42,11 +46,16 @@ class LeaseTableAdmin:
         self._table = table_name
         self._timeout = call_timeout
 
-    async def _run(self, coro: Any) -> Any:
+    async def _run(self, coro: Any, *, on_condition_failed: Exception | None = None) -> Any:
         try:
             async with asyncio.timeout(self._timeout):
                 return await coro
         except ClientError as error:
+            code = error.response.get("Error", {}).get("Code")
+            if code == "ConditionalCheckFailedException" and on_condition_failed is not None:
+                raise on_condition_failed from None
+            if code == "ResourceInUseException":
+                raise _TableExists from None
             raise _translate(error) from error
         except TimeoutError:
             raise StoreUnavailable(f"DynamoDB did not answer within {self._timeout:.0f} s") from None
@@ -78,10 +87,8 @@ class LeaseTableAdmin:
                     ],
                 )
             )
-        except StoreUnavailable as error:
-            if "ResourceInUseException" in str(error):
-                return False
-            raise
+        except _TableExists:
+            return False
         waiter = self._client.get_waiter("table_exists")
         await self._run(waiter.wait(TableName=self._table, WaiterConfig={"Delay": 1, "MaxAttempts": 30}))
         return True
@@ -90,28 +97,24 @@ class LeaseTableAdmin:
         check_connection_id(connection_id)
         check_ws_url(url)
         now = now_ms()
-        try:
-            await self._run(
-                self._client.put_item(
-                    TableName=self._table,
-                    Item={
-                        "connection_id": {"S": connection_id},
-                        "desired_state": {"S": STARTED},
-                        "ws_url": {"S": url},
-                        "last_seq": {"N": str(NO_CHECKPOINT)},
-                        # 0, not absent: new connections must appear in the by-state-expiry GSI.
-                        "lease_expires_at_ms": {"N": "0"},
-                        "lease_epoch": {"N": "0"},
-                        "failures": {"N": "0"},
-                        "updated_at_ms": {"N": str(now)},
-                    },
-                    ConditionExpression=COND_NEW,
-                )
-            )
-        except StoreUnavailable as error:
-            if "ConditionalCheckFailed" in str(error):
-                raise ConnectionExists(f"connection {connection_id!r} already exists") from None
-            raise
+        await self._run(
+            self._client.put_item(
+                TableName=self._table,
+                Item={
+                    "connection_id": {"S": connection_id},
+                    "desired_state": {"S": STARTED},
+                    "ws_url": {"S": url},
+                    "last_seq": {"N": str(NO_CHECKPOINT)},
+                    # 0, not absent: new connections must appear in the by-state-expiry GSI.
+                    "lease_expires_at_ms": {"N": "0"},
+                    "lease_epoch": {"N": "0"},
+                    "failures": {"N": "0"},
+                    "updated_at_ms": {"N": str(now)},
+                },
+                ConditionExpression=COND_NEW,
+            ),
+            on_condition_failed=ConnectionExists(f"connection {connection_id!r} already exists"),
+        )
 
     async def set_desired_state(self, connection_id: str, state: str) -> None:
         check_connection_id(connection_id)
@@ -130,18 +133,14 @@ class LeaseTableAdmin:
 
     async def remove(self, connection_id: str) -> None:
         check_connection_id(connection_id)
-        try:
-            await self._run(
-                self._client.delete_item(
-                    TableName=self._table,
-                    Key={"connection_id": {"S": connection_id}},
-                    ConditionExpression=COND_EXISTS,
-                )
-            )
-        except StoreUnavailable as error:
-            if "ConditionalCheckFailed" in str(error):
-                raise UnknownConnection(connection_id) from None
-            raise
+        await self._run(
+            self._client.delete_item(
+                TableName=self._table,
+                Key={"connection_id": {"S": connection_id}},
+                ConditionExpression=COND_EXISTS,
+            ),
+            on_condition_failed=UnknownConnection(connection_id),
+        )
 
     async def show(self, connection_id: str) -> dict[str, Any]:
         check_connection_id(connection_id)
@@ -174,20 +173,16 @@ class LeaseTableAdmin:
         return sorted(items, key=lambda item: str(item.get("connection_id")))
 
     async def _existing(self, connection_id: str, update: str, values: dict[str, Any]) -> None:
-        try:
-            await self._run(
-                self._client.update_item(
-                    TableName=self._table,
-                    Key={"connection_id": {"S": connection_id}},
-                    UpdateExpression=update,
-                    ConditionExpression=COND_EXISTS,
-                    ExpressionAttributeValues=values,
-                )
-            )
-        except StoreUnavailable as error:
-            if "ConditionalCheckFailed" in str(error):
-                raise UnknownConnection(connection_id) from None
-            raise
+        await self._run(
+            self._client.update_item(
+                TableName=self._table,
+                Key={"connection_id": {"S": connection_id}},
+                UpdateExpression=update,
+                ConditionExpression=COND_EXISTS,
+                ExpressionAttributeValues=values,
+            ),
+            on_condition_failed=UnknownConnection(connection_id),
+        )
 
     async def describe(self) -> None:
         """Raise TableMissing if the table does not exist."""

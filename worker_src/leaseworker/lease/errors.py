@@ -15,5 +15,9 @@ class StoreUnavailable(StoreError):
     """The call timed out, the endpoint was unreachable, or DynamoDB returned a server error."""
 
 
+class StoreRejected(StoreError):
+    """DynamoDB refused the request itself (validation, access denied): retrying will not help."""
+
+
 class TableMissing(StoreError):
     """The lease table does not exist."""

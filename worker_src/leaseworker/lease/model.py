@@ -30,6 +30,7 @@ STARTED = "STARTED"
 STOPPED = "STOPPED"
 DESIRED_STATES = (STARTED, STOPPED)
 WORKER_KEY_PREFIX = "worker#"
+WORKER_STATE = "WORKER"  # presence items' desired_state: their own partition of the GSI
 NO_CHECKPOINT = -1
 
 
@@ -161,6 +162,7 @@ def local_deadline(sent_at: float, settings: Settings) -> float:
     return sent_at + settings.local_validity_seconds
 
 
-def renewal_timeout(lease: Lease, now: float, settings: Settings) -> float:
-    """A renewal must not outlive the lease's local validity (or one heartbeat)."""
-    return max(0.0, min(settings.heartbeat_seconds, lease.valid_until - now))
+def renewal_timeout(lease: Lease, now: float) -> float:
+    """A renewal may take as long as the lease stays valid locally, and no longer: past that
+    point its success could no longer extend anything we are allowed to rely on."""
+    return max(0.0, lease.valid_until - now)

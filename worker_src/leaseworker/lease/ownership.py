@@ -14,7 +14,7 @@ from typing import Protocol
 
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.model import ConnectionItem, Lease, renewal_timeout
-from leaseworker.lease.store import AcquireResult, LeaseStore, Renewed, RenewResult
+from leaseworker.lease.store import AcquireResult, FleetView, LeaseStore, Renewed, RenewResult
 from leaseworker.settings import Settings
 
 RENEW_CONCURRENCY = 64
@@ -36,6 +36,12 @@ class Ownership(Protocol):
     async def record_failure(self, lease: Lease, reason: str) -> bool: ...
 
     async def status(self, connection_id: str) -> ConnectionItem | None: ...
+
+    async def announce(self, *, load: int) -> None: ...
+
+    async def withdraw(self) -> None: ...
+
+    async def fleet_view(self) -> FleetView: ...
 
 
 class ConnectionLeases:
@@ -59,7 +65,7 @@ class ConnectionLeases:
         async def one(lease: Lease) -> tuple[Lease, RenewResult | StoreError]:
             async with gate:
                 sent_at = time.monotonic()
-                timeout = renewal_timeout(lease, sent_at, self._settings)
+                timeout = renewal_timeout(lease, sent_at)
                 if timeout <= 0:
                     return lease, StoreError("lease deadline passed before the renewal could be sent")
                 try:
@@ -86,3 +92,12 @@ class ConnectionLeases:
 
     async def status(self, connection_id: str) -> ConnectionItem | None:
         return await self._store.get(connection_id)
+
+    async def announce(self, *, load: int) -> None:
+        await self._store.announce(self._me, load=load, capacity=self._settings.max_connections)
+
+    async def withdraw(self) -> None:
+        await self._store.withdraw(self._me)
+
+    async def fleet_view(self) -> FleetView:
+        return await self._store.fleet_view()

@@ -20,10 +20,12 @@ from typing import Any, TypeVar, cast
 from botocore.exceptions import BotoCoreError, ClientError
 from types_aiobotocore_dynamodb import DynamoDBClient
 
-from leaseworker.lease.errors import StoreThrottled, StoreUnavailable, TableMissing
+from leaseworker.lease.errors import StoreRejected, StoreThrottled, StoreUnavailable, TableMissing
 from leaseworker.lease.model import (
     NO_CHECKPOINT,
     STARTED,
+    WORKER_KEY_PREFIX,
+    WORKER_STATE,
     ConnectionItem,
     Lease,
     MalformedItem,
@@ -52,11 +54,26 @@ THROTTLE_CODES = frozenset(
     }
 )
 
+REJECTED_CODES = frozenset(
+    {
+        "ValidationException",
+        "AccessDeniedException",
+        "UnrecognizedClientException",
+        "ConditionalCheckFailedException",
+    }
+)
+
 T = TypeVar("T")
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class FleetView:
+    live_workers: int
+    started: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +281,67 @@ class LeaseStore:
         item = response.get("Item")
         return ConnectionItem.from_attributes(item) if item else None
 
+    # ------------------------------------------------------------------ fleet presence
+
+    async def announce(self, me: str, *, load: int, capacity: int) -> None:
+        """Write this worker's presence item (`worker#<id>`), live for one lease period.
+
+        Presence costs one write per worker per heartbeat, whatever the number of connections.
+        It sits in the GSI under desired_state = WORKER, so peers count live workers with one
+        query, and it is what lets a worker that holds nothing yet get its fair share.
+        """
+        now = now_ms()
+        await self._call(
+            self._client.put_item(
+                TableName=self._table,
+                Item={
+                    "connection_id": {"S": f"{WORKER_KEY_PREFIX}{me}"},
+                    "desired_state": {"S": WORKER_STATE},
+                    "lease_expires_at_ms": {"N": str(now + self._lease_ms)},
+                    "load": {"N": str(load)},
+                    "capacity": {"N": str(capacity)},
+                    "updated_at_ms": {"N": str(now)},
+                },
+            )
+        )
+
+    async def withdraw(self, me: str) -> None:
+        await self._call(
+            self._client.delete_item(
+                TableName=self._table, Key={"connection_id": {"S": f"{WORKER_KEY_PREFIX}{me}"}}
+            )
+        )
+
+    async def fleet_view(self) -> FleetView:
+        """How many workers are live and how many connections are STARTED (two COUNT queries)."""
+        threshold = now_ms() - self._settings.max_clock_skew_ms
+        workers = await self._count(WORKER_STATE, "lease_expires_at_ms > :t", threshold)
+        started = await self._count(STARTED, None, None)
+        return FleetView(live_workers=workers, started=started)
+
+    async def _count(self, state: str, condition: str | None, threshold: int | None) -> int:
+        key = "desired_state = :s" + (f" AND {condition}" if condition else "")
+        values: dict[str, Any] = {":s": {"S": state}}
+        if threshold is not None:
+            values[":t"] = {"N": str(threshold)}
+        total = 0
+        start_key: dict[str, Any] | None = None
+        while True:
+            kwargs: dict[str, Any] = {
+                "TableName": self._table,
+                "IndexName": GSI_BY_STATE_EXPIRY,
+                "KeyConditionExpression": key,
+                "ExpressionAttributeValues": values,
+                "Select": "COUNT",
+            }
+            if start_key:
+                kwargs["ExclusiveStartKey"] = start_key
+            response = await self._call(self._client.query(**kwargs))
+            total += int(response.get("Count", 0))
+            start_key = response.get("LastEvaluatedKey")
+            if not start_key:
+                return total
+
     # ------------------------------------------------------------------ plumbing
 
     @property
@@ -322,6 +400,8 @@ def _translate(error: ClientError) -> Exception:
         return StoreThrottled(f"{code}: {message}")
     if code == "ResourceNotFoundException":
         return TableMissing(message)
+    if code in REJECTED_CODES:
+        return StoreRejected(f"{code}: {message}")
     return StoreUnavailable(f"{code}: {message}")
 
 

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+from leaseworker.lease.balance import fair_share
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.model import LeaseState
 from leaseworker.lease.ownership import Ownership
@@ -31,6 +33,7 @@ from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, 
 logger = get_logger(__name__)
 
 CLAIM_CONCURRENCY = 16
+SHARE_REFRESH_SECONDS = 0.25  # at most this often outside reconcile, when a hint finds us full
 SHUTDOWN_MARGIN_SECONDS = 2.0  # left of SHUTDOWN_GRACE_SECONDS for exit after the budget
 
 
@@ -63,6 +66,8 @@ class Worker:
         self._loops_done = asyncio.Event()  # heartbeat/checkpoint/metrics may end
         self._wake_reconcile = asyncio.Event()
         self._group: asyncio.TaskGroup | None = None
+        self._target = self._settings.max_connections  # refined by each fleet view
+        self._viewed_at = -math.inf
 
     @property
     def owned(self) -> list[str]:
@@ -74,6 +79,7 @@ class Worker:
             logger.info("worker starting", extra={"lease_mode": self._settings.lease_mode})
             async with asyncio.TaskGroup() as group:
                 self._group = group
+                await self._announce()  # peers count us before we claim anything
                 group.create_task(self._acquire_loop())
                 group.create_task(self._heartbeat_loop())
                 group.create_task(self._checkpoint_loop())
@@ -99,6 +105,8 @@ class Worker:
         budget = max(1.0, self._settings.shutdown_grace_seconds - SHUTDOWN_MARGIN_SECONDS)
         logger.info("shutting down", extra={"connections": len(self._owned), "budget_s": budget})
         self._stop_acquiring.set()
+        # Leave the fleet first, so that peers' fair share grows before our hints reach them.
+        await self._withdraw()
         tasks = [owned.task for owned in self._owned.values() if owned.task is not None]
         for owned in list(self._owned.values()):
             owned.session.request_release("worker shutting down")
@@ -125,7 +133,38 @@ class Worker:
             self._wake_reconcile.clear()
             await _wait_any(self._settings.reconcile_seconds, self._stop_acquiring, self._wake_reconcile)
 
+    async def _refresh_share(self) -> None:
+        """Recompute this worker's fair share; on a store error keep the previous one."""
+        try:
+            view = await self._ownership.fleet_view()
+        except StoreError as error:
+            logger.warning("fleet view failed; keeping the previous share", extra={"error": str(error)})
+            return
+        self._viewed_at = time.monotonic()
+        share = fair_share(
+            owned=self._held_count(),
+            claiming=len(self._claiming),
+            live_workers=view.live_workers,
+            started=view.started,
+            max_connections=self._settings.max_connections,
+        )
+        self._target = share.target
+        if share.shed:
+            self._shed(share.shed)
+
+    def _shed(self, count: int) -> None:
+        """Hand back the most recently acquired connections: a graceful release each."""
+        held = [o for o in self._owned.values() if o.session.lease.state is LeaseState.HELD]
+        newest = sorted(held, key=lambda owned: owned.acquired_at, reverse=True)[:count]
+        if newest:
+            logger.info(
+                "rebalancing: handing back connections", extra={"count": len(newest), "target": self._target}
+            )
+        for owned in newest:
+            owned.session.request_release("rebalance: above fair share")
+
     async def _reconcile(self) -> None:
+        await self._refresh_share()
         capacity = self._capacity()
         if capacity <= 0:
             return
@@ -148,7 +187,12 @@ class Worker:
         await asyncio.gather(*(claim(cid) for cid in candidates))
 
     def _capacity(self) -> int:
-        return self._settings.max_connections - len(self._owned) - len(self._claiming)
+        limit = min(self._settings.max_connections, self._target)
+        return limit - len(self._owned) - len(self._claiming)
+
+    def _held_count(self) -> int:
+        """Leases we mean to keep: sessions already handing back do not count towards the share."""
+        return sum(1 for owned in self._owned.values() if owned.session.lease.state is LeaseState.HELD)
 
     async def _claim(self, connection_id: str) -> None:
         if self._stop_acquiring.is_set() or self._capacity() <= 0 or connection_id in self._owned:
@@ -260,7 +304,10 @@ class Worker:
             if self._loops_done.is_set():
                 return
             next_at = max(next_at, time.monotonic())  # after a pause, do not fire a burst
-            await self._renew_all()
+            if self._stop_acquiring.is_set():  # withdrawn from the fleet: renew only
+                await self._renew_all()
+            else:
+                await asyncio.gather(self._renew_all(), self._announce())
 
     async def _renew_all(self) -> None:
         held = {
@@ -290,6 +337,19 @@ class Worker:
                     "renewal failed; keeping the local deadline",
                     extra={"connection_id": lease.connection_id, "error": str(result)},
                 )
+
+    async def _announce(self) -> None:
+        try:
+            await self._ownership.announce(load=len(self._owned))
+        except StoreError as error:
+            logger.warning("presence heartbeat failed", extra={"error": str(error)})
+
+    async def _withdraw(self) -> None:
+        try:
+            async with asyncio.timeout(2.0):
+                await self._ownership.withdraw()
+        except (StoreError, TimeoutError) as error:
+            logger.warning("could not withdraw presence; it will expire", extra={"error": str(error)})
 
     # ------------------------------------------------------------------ checkpoint
 
@@ -345,6 +405,8 @@ class Worker:
                 await self._notifier.connection_changed(connection_id)
                 return
             # Added, started or released elsewhere: try it now rather than at the next reconcile.
+            if self._capacity() <= 0 and time.monotonic() - self._viewed_at > SHARE_REFRESH_SECONDS:
+                await self._refresh_share()  # a peer may just have left: our share may have grown
             await self._claim(connection_id)
             return
         try:

@@ -1,0 +1,360 @@
+"""What a local fleet is doing, read from the outside: the table, the feed, the sink, the logs.
+
+`FleetMonitor.poll()` reads, incrementally:
+- the lease table (one consistent scan): who owns what, at which epoch, the checkpoints;
+- the feed's session log: when the upstream saw each subscription (the measured clock for
+  takeover and handoff times, as in the system tests);
+- the sink files, `<worker>.jsonl`: messages per second per worker, highest seq per connection;
+- the workers' JSON logs: self-fencing, which only the worker itself can see.
+
+It turns the differences between successive readings into `Event`s. A fault recorded with
+`fault()` (kill, pause, terminate) is followed until every connection the victim held has been
+subscribed again at a higher epoch; each one becomes a "taken over" or "handed off" event with
+the seconds from the signal to the new subscription, and a summary event closes the fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from collections import deque
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import aioboto3
+
+from leaseworker.aws import CONTROL_CLIENT_CONFIG
+from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.local.fleet import TABLE, Fleet
+
+FaultKind = Literal["kill", "pause", "terminate"]
+RATE_WINDOW_S = 3.0
+SIGNALS = {"kill": signal.SIGKILL, "pause": signal.SIGSTOP, "terminate": signal.SIGTERM}
+
+
+def takeover_bound_s(fleet: Fleet, connect_allowance_s: float = 1.5) -> float:
+    """DESIGN §2c L1 for this fleet: lease + skew + one reconcile period + connect time."""
+    t = fleet.timings
+    return t.lease_seconds + t.max_clock_skew_ms / 1000 + t.reconcile_seconds + connect_allowance_s
+
+
+HANDOFF_BOUND_S = 1.5  # L2: "about one second"
+
+
+class Tail:
+    """New whole lines of a growing file since the last call (a torn last line waits)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self._partial = b""
+
+    def lines(self) -> list[str]:
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        data = self._partial + data
+        *whole, self._partial = data.split(b"\n")
+        return [line.decode(errors="replace") for line in whole if line.strip()]
+
+
+@dataclass(frozen=True)
+class Event:
+    t: float  # wall-clock seconds
+    kind: str  # acquired | released | taken over | handed off | lost | self-fenced | fault | note
+    text: str
+
+    def stamp(self) -> str:
+        return time.strftime("%H:%M:%S", time.localtime(self.t)) + f".{int(self.t * 10) % 10}"
+
+
+@dataclass
+class Fault:
+    """A signal sent to a worker, followed until its connections are subscribed again elsewhere."""
+
+    kind: FaultKind
+    worker: str
+    sent_ms: int
+    epochs: dict[str, int]  # the victim's connections and their epochs when the signal was sent
+    times_s: dict[str, float] = field(default_factory=dict)
+    new_owner: dict[str, str] = field(default_factory=dict)
+    closed: bool = False
+
+    @property
+    def measured_as(self) -> str:
+        return "handed off" if self.kind == "terminate" else "taken over"
+
+    @property
+    def done(self) -> bool:
+        return set(self.times_s) >= set(self.epochs)
+
+    @property
+    def max_s(self) -> float:
+        return max(self.times_s.values(), default=0.0)
+
+
+@dataclass
+class WorkerStats:
+    name: str
+    owned: int = 0
+    rate: float = 0.0
+    heartbeat_age_s: float | None = None
+    delivered: int = 0
+    samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64))
+
+
+class TableReader:
+    """One DynamoDB client for the whole run, on a private event loop (the monitor is synchronous)."""
+
+    def __init__(self, endpoint: str) -> None:
+        self._endpoint = endpoint
+        self._loop = asyncio.new_event_loop()
+        self._stack = AsyncExitStack()
+        self._admin: LeaseTableAdmin | None = None
+
+    async def _open(self) -> LeaseTableAdmin:
+        client = await self._stack.enter_async_context(
+            aioboto3.Session().client(
+                "dynamodb",
+                endpoint_url=self._endpoint,
+                region_name="us-east-1",
+                aws_access_key_id="local",
+                aws_secret_access_key="local",
+                config=CONTROL_CLIENT_CONFIG,
+            )
+        )
+        return LeaseTableAdmin(client, TABLE, call_timeout=5.0)
+
+    def scan(self) -> list[dict[str, Any]]:
+        if self._admin is None:
+            self._admin = self._loop.run_until_complete(self._open())
+        items: list[dict[str, Any]] = self._loop.run_until_complete(self._admin.list())
+        return items
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._stack.aclose())
+        self._loop.close()
+
+
+class FleetMonitor:
+    """Polls a running `Fleet` and keeps what the live view and the scenario need."""
+
+    def __init__(self, fleet: Fleet, *, max_events: int = 200) -> None:
+        self.fleet = fleet
+        self.reader = TableReader(fleet.endpoint)
+        self.items: dict[str, dict[str, Any]] = {}
+        self.events: deque[Event] = deque(maxlen=max_events)
+        self.faults: list[Fault] = []
+        self.workers: dict[str, WorkerStats] = {}
+        self.sink_max: dict[str, int] = {}
+        self.samples: list[dict[str, int]] = []  # successive {connection_id: last_seq}, for S3
+        self._feed = Tail(fleet.feed_log)
+        self._sinks: dict[str, Tail] = {}
+        self._logs: dict[str, Tail] = {}
+        self._feed_events: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ inputs
+
+    def note(self, text: str, kind: str = "note") -> None:
+        self.events.append(Event(time.time(), kind, text))
+
+    def signal(self, kind: FaultKind, worker: str) -> Fault:
+        """Send the fault's signal to `worker`; follow the leases it held at that moment."""
+        items = self.reader.scan()
+        sent_s = self.fleet.signal(worker, SIGNALS[kind])
+        epochs = {
+            str(item["connection_id"]): int(item.get("lease_epoch", 0))
+            for item in items
+            if item.get("lease_owner") == worker and int(item.get("lease_expires_at_ms", 0) or 0) > 0
+        }
+        record = Fault(kind, worker, int(sent_s * 1000), epochs)
+        self.faults.append(record)
+        self.events.append(
+            Event(
+                sent_s,
+                "fault",
+                f"{SIGNALS[kind].name} {worker} (held {len(epochs)}: {_short(sorted(epochs))})",
+            )
+        )
+        if not epochs:
+            record.closed = True
+        return record
+
+    # ------------------------------------------------------------------ polling
+
+    def poll(self) -> None:
+        now = time.time()
+        items = {str(item["connection_id"]): item for item in self.reader.scan()}
+        self._diff(self.items, items, now)
+        self.items = items
+        self.samples.append({cid: int(item.get("last_seq", -1)) for cid, item in items.items()})
+        self._read_sinks(now)
+        self._read_logs()
+        self._read_feed()
+        self._worker_stats(now)
+
+    def _diff(self, before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]], now: float) -> None:
+        for cid, item in after.items():
+            old = before.get(cid)
+            owner = item.get("lease_owner")
+            epoch = int(item.get("lease_epoch", 0))
+            old_owner = old.get("lease_owner") if old else None
+            old_epoch = int(old.get("lease_epoch", 0)) if old else 0
+            if old is None and before:
+                self.events.append(Event(now, "note", f"{cid} added"))
+            if epoch > old_epoch and owner:
+                if old_owner and old_owner != owner:
+                    text = f"{cid} taken from {old_owner} by {owner} (epoch {epoch})"
+                else:
+                    text = f"{cid} acquired by {owner} (epoch {epoch})"
+                if not self._followed(cid):
+                    self.events.append(Event(now, "acquired", text))
+            elif old_owner and not owner and old_epoch == epoch:
+                self.events.append(Event(now, "released", f"{cid} released by {old_owner}"))
+            if old and item.get("desired_state") != old.get("desired_state"):
+                self.events.append(Event(now, "note", f"{cid} is now {item.get('desired_state')}"))
+            error = item.get("last_error")
+            if error and (not old or old.get("last_error") != error):
+                self.events.append(Event(now, "lost", f"{cid} error: {error}"))
+        for cid in set(before) - set(after):
+            self.events.append(Event(now, "note", f"{cid} removed"))
+
+    def _followed(self, cid: str) -> bool:
+        """A change that an open fault will report with its measured time."""
+        return any(not f.closed and cid in f.epochs for f in self.faults)
+
+    def _read_sinks(self, now: float) -> None:
+        for path in sorted(self.fleet.sink_dir.glob("*.jsonl")):
+            tail = self._sinks.setdefault(path.stem, Tail(path))
+            stats = self.workers.setdefault(path.stem, WorkerStats(path.stem))
+            for line in tail.lines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                cid, seq = str(record["connection_id"]), int(record["seq"])
+                self.sink_max[cid] = max(self.sink_max.get(cid, -1), seq)
+                stats.delivered += 1
+            stats.samples.append((now, stats.delivered))
+
+    def _read_logs(self) -> None:
+        for name in self.fleet.workers:
+            tail = self._logs.setdefault(name, Tail(self.fleet.logs / f"{name}.log"))
+            for line in tail.lines():
+                if "self-fenced" not in line and '"lease lost"' not in line:
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                cid, epoch = record.get("connection_id"), record.get("epoch")
+                if "self-fenced" in line:
+                    text = (
+                        f"{cid} self-fenced by {name} (epoch {epoch}): lease deadline passed, socket aborted"
+                    )
+                    self.events.append(Event(time.time(), "self-fenced", text))
+                else:
+                    reason = record.get("reason", "")
+                    self.events.append(Event(time.time(), "lost", f"{cid} lost by {name}: {reason}"))
+
+    def _read_feed(self) -> None:
+        new = []
+        for line in self._feed.lines():
+            try:
+                new.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        self._feed_events.extend(e for e in new if e.get("event") == "subscribe")
+        for record in self.faults:
+            if record.closed:
+                continue
+            for event in self._feed_events:
+                cid = str(event.get("connection_id"))
+                if (
+                    cid in record.epochs
+                    and cid not in record.times_s
+                    and int(event.get("t_ms", 0)) >= record.sent_ms
+                    and int(event.get("epoch", -1)) > record.epochs[cid]
+                ):
+                    seconds = (int(event["t_ms"]) - record.sent_ms) / 1000
+                    record.times_s[cid] = seconds
+                    record.new_owner[cid] = str(event.get("worker_id"))
+                    self.events.append(
+                        Event(
+                            int(event["t_ms"]) / 1000,
+                            record.measured_as,
+                            f"{cid} {record.measured_as} {record.worker} → {event.get('worker_id')} "
+                            f"in {seconds:.2f} s",
+                        )
+                    )
+            if record.done:
+                record.closed = True
+                bound = HANDOFF_BOUND_S if record.kind == "terminate" else takeover_bound_s(self.fleet)
+                verdict = "within" if record.max_s <= bound else "OVER"
+                self.events.append(
+                    Event(
+                        time.time(),
+                        record.measured_as,
+                        f"{record.worker}: {len(record.times_s)} connections {record.measured_as}, "
+                        f"max {record.max_s:.2f} s ({verdict} the {bound:.1f} s bound)",
+                    )
+                )
+        # Subscriptions older than every open fault can never match again.
+        oldest = min((f.sent_ms for f in self.faults if not f.closed), default=None)
+        self._feed_events = [] if oldest is None else [e for e in self._feed_events if e["t_ms"] >= oldest]
+
+    def _worker_stats(self, now: float) -> None:
+        lease_ms = int(self.fleet.timings.lease_seconds * 1000)
+        owned: dict[str, int] = {}
+        newest: dict[str, int] = {}
+        for item in self.items.values():
+            owner = item.get("lease_owner")
+            expires = int(item.get("lease_expires_at_ms", 0) or 0)
+            if owner and expires > 0:
+                owned[owner] = owned.get(owner, 0) + 1
+                newest[owner] = max(newest.get(owner, 0), expires)
+        for name in self.fleet.workers:
+            stats = self.workers.setdefault(name, WorkerStats(name))
+            stats.owned = owned.get(name, 0)
+            stats.heartbeat_age_s = (
+                (now * 1000 - (newest[name] - lease_ms)) / 1000 if name in newest else None
+            )
+            window = [s for s in stats.samples if s[0] >= now - RATE_WINDOW_S]
+            if len(window) >= 2 and window[-1][0] > window[0][0]:
+                stats.rate = (window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0])
+            else:
+                stats.rate = 0.0
+
+    # ------------------------------------------------------------------ queries
+
+    def lag(self, cid: str) -> int | None:
+        """Records in the sink not yet covered by the checkpoint: highest sink seq − last_seq."""
+        if cid not in self.sink_max:
+            return None
+        return self.sink_max[cid] - int(self.items.get(cid, {}).get("last_seq", -1))
+
+    def busiest(self, candidates: list[str]) -> str | None:
+        """The candidate worker owning the most connections (ties: the oldest name)."""
+        if not candidates:
+            return None
+        return max(candidates, key=lambda n: (self.workers.get(n, WorkerStats(n)).owned, -_order(n)))
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def _order(name: str) -> int:
+    digits = "".join(ch for ch in name if ch.isdigit())
+    return int(digits) if digits else 0
+
+
+def _short(ids: list[str], limit: int = 4) -> str:
+    return ", ".join(ids[:limit]) + (f" +{len(ids) - limit}" if len(ids) > limit else "")
