@@ -22,12 +22,14 @@ from stacks.worker_service import WorkerService
 WORKER_SOURCE = Path(__file__).resolve().parent.parent / "worker_src"
 
 # Exactly what the worker process calls (tests/infra/test_iam.py scans worker_src to keep this
-# in step): the lease store's conditional UpdateItems (acquire, renew, release, checkpoint)
-# and GetItem on the table, and Query on the by-state-expiry index (reconcile). Table
-# administration (PutItem, DeleteItem, Scan, DescribeTable) is the CLI's, run with operator
-# credentials, never the task role's.
+# in step): the lease store's conditional UpdateItems (acquire, renew, release, checkpoint) and
+# GetItem on connection items, PutItem/DeleteItem on its own `worker#<id>` presence item, and
+# Query on the by-state-expiry index (reconcile). Table administration (Scan, DescribeTable,
+# creating connections) is the CLI's, run with operator credentials, never the task role's.
 TABLE_ITEM_ACTIONS: tuple[str, ...] = (
+    "dynamodb:DeleteItem",
     "dynamodb:GetItem",
+    "dynamodb:PutItem",
     "dynamodb:UpdateItem",
 )
 INDEX_ACTIONS: tuple[str, ...] = ("dynamodb:Query",)

@@ -62,7 +62,7 @@ TASK_ROLE = {
         "xray:PutTelemetryRecords",
         "xray:PutTraceSegments",
     },
-    "LeaseTable.Arn": {"dynamodb:GetItem", "dynamodb:UpdateItem"},
+    "LeaseTable.Arn": {"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
     "LeaseTable.Arn/index/by-state-expiry": {"dynamodb:Query"},
     "NotificationsQueue.Arn": {"sqs:DeleteMessage", "sqs:ReceiveMessage", "sqs:SendMessage"},
     "SinkStream.Arn": {"kinesis:PutRecords"},
