@@ -8,9 +8,11 @@ given as strings exactly like `-c name=value`.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -65,6 +67,7 @@ class Synth:
 def make_app(overrides: Mapping[str, Any] | None = None) -> tuple[App, LeaseworkerStack, Path]:
     """An app built exactly as app.py builds it (context -> config -> build)."""
     outdir = Path(tempfile.mkdtemp(prefix="leaseworker-synth-"))
+    atexit.register(shutil.rmtree, outdir, ignore_errors=True)
     app = App(context={**base_context(), **(overrides or {})}, outdir=str(outdir))
     stack = build(app, load_config(app.node.try_get_context))
     return app, stack, outdir
