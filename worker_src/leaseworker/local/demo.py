@@ -1,31 +1,153 @@
-"""The minimal local demo: a fleet comes up, shares connections, shows who owns what, goes down."""
+"""`leaseworker local up`: bring the fleet up, show it (live or scripted), and always tear it down.
+
+Every process is a child of this one, started in its own session and stopped by pid on the way
+out: on q, Ctrl-C, SIGTERM, SIGHUP, the end of --duration, or an error.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import signal
+import sys
 import tempfile
-import time
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from rich.console import Console
 
-from leaseworker.cli.connections import render_table
 from leaseworker.local.fleet import FAST, Fleet
+from leaseworker.local.scenario import FailoverScenario
 
 
-def run_demo(*, workers: int, connections: int, duration: float, root: Path | None = None) -> None:
-    console = Console()
-    with tempfile.TemporaryDirectory(prefix="leaseworker-demo-") as scratch:
-        base = root or Path(scratch)
-        console.print(
-            f"[bold]starting DynamoDB Local, SQS (moto), the feed and {workers} workers[/] in {base}"
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _scratch(root: Path | None) -> Iterator[Path]:
+    """The fleet's directory: `root` if given (kept), else a temporary one (removed)."""
+    if root is not None:
+        root.mkdir(parents=True, exist_ok=True)
+        yield root
+        return
+    path = Path(tempfile.mkdtemp(prefix="leaseworker-local-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the run like Ctrl-C does, so the cleanup always runs."""
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _uninterruptible() -> Iterator[None]:
+    """The teardown itself is bounded; a second Ctrl-C must not leave processes behind."""
+    previous = {
+        sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run_live(
+    *,
+    workers: int,
+    connections: int,
+    duration: float | None,
+    auto_faults: bool,
+    root: Path | None,
+    feed_rate: float,
+) -> None:
+    from leaseworker.local.view import LiveView
+
+    err = Console(stderr=True, soft_wrap=True)
+    with _signals_interrupt(), _scratch(root) as base:
+        fleet = Fleet(base, timings=FAST, feed_rate=feed_rate)
+        view: LiveView | None = None
+        try:
+            with err.status(f"starting DynamoDB Local, SQS (moto) and the feed in {base} …"):
+                fleet.start()
+            view = LiveView(
+                fleet, workers=workers, connections=connections, duration=duration, auto_faults=auto_faults
+            )
+            view.run()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            with _uninterruptible():
+                err.print(f"stopping {len(fleet.children())} processes by pid …")
+                if view is not None:
+                    view.shutdown()
+                else:
+                    fleet.stop()
+                for line in view.fault_summary() if view is not None else ():
+                    err.print(f"  {line}")
+                err.print("stopped: every process this command started has exited")
+
+
+def run_scenario(
+    *, workers: int, connections: int, duration: float, root: Path | None, feed_rate: float, as_json: bool
+) -> dict[str, Any]:
+    err = Console(stderr=True, soft_wrap=True)
+
+    def progress(message: str) -> None:
+        err.print(f"[dim]local up:[/] {message}", highlight=False)
+
+    with _signals_interrupt(), _scratch(root) as base:
+        scenario = FailoverScenario(
+            base,
+            workers=workers,
+            connections=connections,
+            duration=duration,
+            feed_rate=feed_rate,
+            progress=progress,
         )
-        with Fleet(base, timings=FAST) as fleet:
-            fleet.add_connections([f"feed-{i:02d}" for i in range(connections)])
-            for _ in range(workers):
-                fleet.start_worker()
-            deadline = time.monotonic() + duration
-            while time.monotonic() < deadline:
-                time.sleep(min(3.0, max(0.0, deadline - time.monotonic())))
-                console.print(render_table(fleet.list_connections()))
-            console.print("[bold]stopping everything[/]")
-        console.print("done: every process stopped")
+        summary = scenario.run()
+    if as_json:
+        import json
+
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    else:
+        _print_summary(summary, Console())
+    return summary
+
+
+def _print_summary(summary: dict[str, Any], console: Console) -> None:
+    from rich.table import Table
+
+    table = Table(title="failover scenario", title_justify="left")
+    for column in ("scenario", "worker", "connections", "max s", "bound s", "ok"):
+        table.add_column(column)
+    for result in summary["scenarios"]:
+        table.add_row(
+            result["scenario"],
+            result["worker"],
+            str(result["connections"]),
+            f"{result['max_s']:.2f}",
+            f"{result['bound_s']:.1f}",
+            "yes" if result["ok"] else "NO",
+        )
+    console.print(table)
+    totals = summary["totals"]
+    console.print(
+        f"delivered {totals['delivered']} seqs over {totals['connections']} connections, "
+        f"{totals['duplicated']} duplicated (replay after a takeover), {totals['missing']} missing"
+    )
+    for name, check in summary["invariants"].items():
+        verdict = "[green]ok[/]" if check["ok"] else "[red]BROKEN[/]: " + "; ".join(check["violations"][:3])
+        console.print(f"{name}: {verdict}")

@@ -1,0 +1,419 @@
+"""The live view of `leaseworker local up`: workers, connections and an event log, refreshed in place.
+
+One thread does everything: poll the fleet (table, feed log, sink files, worker logs), run the
+automatic faults, redraw, then wait up to half a second for keys. Keys are read from the tty in
+cbreak mode with select(), so no reader thread is needed and Ctrl-C still raises
+KeyboardInterrupt. When stdout is not a terminal the view falls back to plain lines: each event as
+it happens, and a one-line summary of the workers every few seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+import termios
+import time
+import tty
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from leaseworker.local.events import HANDOFF_BOUND_S, Fault, FleetMonitor, takeover_bound_s
+from leaseworker.local.fleet import Fleet
+
+REFRESH_S = 0.5
+PLAIN_SUMMARY_S = 5.0
+AUTO_FIRST_FAULT_S = 10.0
+AUTO_GAP_S = 6.0
+AUTO_WAIT_S = 20.0
+
+STYLES = {
+    "fault": "bold red",
+    "taken over": "bold green",
+    "handed off": "bold cyan",
+    "acquired": "green",
+    "released": "cyan",
+    "lost": "yellow",
+    "self-fenced": "bold yellow",
+    "note": "dim",
+    "auto": "bold magenta",
+}
+
+KEYS = "k kill  p pause/resume  t terminate  a add worker  c add connection  s stop connection  q quit"
+
+
+@dataclass
+class AutoFaults:
+    """The demo's script: once everything is owned, one kill and one graceful terminate.
+
+    Each fault is followed by a replacement worker once its connections have moved.
+    """
+
+    enabled: bool
+    phase: int = 0
+    at: float = 0.0
+    fault: Fault | None = None
+    started: float = field(default_factory=time.monotonic)
+
+
+class KeyReader:
+    """Single keypresses from the controlling terminal (cbreak mode), or nothing if there is none."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self._saved: list[Any] | None = None
+
+    def __enter__(self) -> KeyReader:
+        if sys.stdin.isatty():
+            self.fd = sys.stdin.fileno()
+            self._saved = termios.tcgetattr(self.fd)
+            tty.setcbreak(self.fd)  # keeps ISIG: Ctrl-C is still SIGINT
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None and self._saved is not None:
+            termios.tcsetattr(self.fd, termios.TCSADRAIN, self._saved)
+
+    def read(self, timeout: float) -> str:
+        if self.fd is None:
+            time.sleep(timeout)
+            return ""
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if not ready:
+            return ""
+        return os.read(self.fd, 64).decode(errors="ignore")
+
+
+class LiveView:
+    def __init__(
+        self,
+        fleet: Fleet,
+        *,
+        workers: int,
+        connections: int,
+        duration: float | None,
+        auto_faults: bool,
+        console: Console | None = None,
+    ) -> None:
+        self.fleet = fleet
+        self.n_workers = workers
+        self.n_connections = connections
+        self.duration = duration
+        self.console = console or Console()
+        self.interactive = self.console.is_terminal
+        self.monitor = FleetMonitor(fleet)
+        self.auto = AutoFaults(auto_faults)
+        self.paused: set[str] = set()
+        self.started = time.monotonic()
+        self.ready_at: float | None = None
+        self._next_connection = connections
+        self._printed = 0
+        self._last_summary = 0.0
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> None:
+        self.fleet.add_connections([f"feed-{i:02d}" for i in range(self.n_connections)])
+        for _ in range(self.n_workers):
+            self.fleet.start_worker()
+        t = self.fleet.timings
+        self.monitor.note(
+            f"{self.n_workers} workers, {self.n_connections} connections; FAST timings: lease "
+            f"{t.lease_seconds:g} s, heartbeat {t.heartbeat_seconds:g} s, reconcile {t.reconcile_seconds:g} s"
+        )
+        if self.auto.enabled:
+            self.monitor.note(
+                f"in {AUTO_FIRST_FAULT_S:.0f} s: one SIGKILL, then one SIGTERM, each followed by a "
+                "replacement worker (--no-auto-faults to skip)",
+                "auto",
+            )
+        with KeyReader() as keys:
+            if self.interactive:
+                with Live(self.render(), console=self.console, auto_refresh=False, transient=False) as live:
+                    self._loop(keys, lambda: live.update(self.render(), refresh=True))
+            else:
+                self._loop(keys, self._print_plain)
+
+    def _loop(self, keys: KeyReader, show: Any) -> None:
+        end = None if self.duration is None else time.monotonic() + self.duration
+        while end is None or time.monotonic() < end:
+            self.monitor.poll()
+            self._check_ready()
+            self._auto_step()
+            show()
+            for key in keys.read(REFRESH_S):
+                if self.handle_key(key) == "quit":
+                    return
+
+    def shutdown(self) -> None:
+        """Stop every process the fleet started, by pid: workers first (in parallel), then services."""
+        for name, worker in self.fleet.workers.items():
+            if worker.process.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker.pid, signal.SIGCONT)
+                    os.kill(worker.pid, signal.SIGTERM)
+                self.paused.discard(name)
+        self.fleet.stop()
+        with contextlib.suppress(Exception):
+            self.monitor.close()
+
+    # ------------------------------------------------------------------ actions
+
+    def alive(self) -> list[str]:
+        return sorted(n for n, w in self.fleet.workers.items() if w.process.alive() and n not in self.paused)
+
+    def target(self) -> str | None:
+        return self.monitor.busiest(self.alive())
+
+    def stop_target(self) -> str | None:
+        started = [
+            cid for cid, item in sorted(self.monitor.items.items()) if item.get("desired_state") == "STARTED"
+        ]
+        return started[0] if started else None
+
+    def handle_key(self, key: str) -> str | None:
+        key = key.lower()
+        if key == "q":
+            self.monitor.note("q: stopping", "note")
+            return "quit"
+        target = self.target()
+        if key in "kt" and target:
+            self.monitor.signal("kill" if key == "k" else "terminate", target)
+        elif key == "p":
+            if self.paused:
+                name = sorted(self.paused)[0]
+                self.fleet.signal(name, signal.SIGCONT)
+                self.paused.discard(name)
+                self.monitor.note(
+                    f"SIGCONT {name}: its old leases are past their deadline; it must self-fence"
+                )
+            elif target:
+                self.monitor.signal("pause", target)
+                self.paused.add(target)
+        elif key == "a":
+            worker = self.fleet.start_worker()
+            self.monitor.note(f"started {worker.name} (pid {worker.pid})")
+        elif key == "c":
+            cid = f"feed-{self._next_connection:02d}"
+            self._next_connection += 1
+            self.fleet.add_connection(cid, self.fleet.url_for(cid))
+            self.monitor.note(f"added {cid}; a worker takes it within one reconcile period")
+        elif key == "s":
+            stopping = self.stop_target()
+            if stopping:
+                self.fleet.stop_connection(stopping)
+                self.monitor.note(
+                    f"stopped {stopping}; its owner closes and releases it at the next heartbeat"
+                )
+        return None
+
+    def _check_ready(self) -> None:
+        if self.ready_at is not None:
+            return
+        items = self.monitor.items.values()
+        now_ms = time.time() * 1000
+        if items and all(
+            item.get("lease_owner") and int(item.get("lease_expires_at_ms", 0) or 0) > now_ms
+            for item in items
+        ):
+            self.ready_at = time.monotonic()
+            self.monitor.note(
+                f"all {len(items)} connections owned, {time.monotonic() - self.started:.1f} s after the "
+                "workers started"
+            )
+
+    def _auto_step(self) -> None:
+        auto = self.auto
+        if not auto.enabled or self.ready_at is None or auto.phase >= 4:
+            return
+        now = time.monotonic()
+        if auto.phase in (0, 2):
+            if auto.phase == 0 and not auto.at:
+                auto.at = self.ready_at + AUTO_FIRST_FAULT_S
+            if now < auto.at:
+                return
+            target = self.target()
+            if target is None:
+                return
+            if auto.phase == 0:
+                self.monitor.note(
+                    f"auto 1/2: SIGKILL {target}. Its leases stay valid until they expire "
+                    f"(≤ {self.fleet.timings.lease_seconds:g} s), then a reconcile takes them over",
+                    "auto",
+                )
+                auto.fault = self.monitor.signal("kill", target)
+            else:
+                self.monitor.note(
+                    f"auto 2/2: SIGTERM {target}. Graceful: it releases its leases and notifies "
+                    "peers over SQS, so the handoff is not a lease expiry",
+                    "auto",
+                )
+                auto.fault = self.monitor.signal("terminate", target)
+            auto.phase += 1
+            auto.at = now + AUTO_WAIT_S
+            return
+        # phases 1 and 3: wait for the fault to be resolved, then start a replacement
+        if auto.fault is not None and not auto.fault.closed and now < auto.at:
+            return
+        worker = self.fleet.start_worker()
+        self.monitor.note(
+            f"auto: started {worker.name} to replace {auto.fault.worker if auto.fault else '?'}", "auto"
+        )
+        auto.phase += 1
+        auto.at = now + AUTO_GAP_S
+        if auto.phase >= 4:
+            self.monitor.note("auto faults done: now try k, p, t, a, c, s yourself", "auto")
+
+    # ------------------------------------------------------------------ rendering
+
+    def render(self) -> RenderableType:
+        width = self.console.width
+        height = self.console.height
+        workers = self._workers_table()
+        conns = self._connections_table()
+        if width >= 150:
+            grid = Table.grid(padding=(0, 3))
+            grid.add_row(workers, conns)
+            body: RenderableType = grid
+            used = max(workers.row_count, conns.row_count) + 3
+        else:
+            body = Group(workers, conns)
+            used = workers.row_count + conns.row_count + 6
+        room = max(4, height - used - 7)
+        return Group(self._header(), body, self._events(room), self._footer())
+
+    def _header(self) -> Text:
+        t = self.fleet.timings
+        up = time.monotonic() - self.started
+        text = Text()
+        text.append("leaseworker local fleet", style="bold")
+        text.append(
+            f"  up {int(up) // 60:02d}:{int(up) % 60:02d}  ·  DynamoDB Local {self.fleet.endpoint}  ·  "
+            f"feed {self.fleet.feed_url}  ·  sink {self.fleet.sink_dir}\n"
+        )
+        text.append(
+            f"FAST timings: lease {t.lease_seconds:g} s, heartbeat {t.heartbeat_seconds:g} s, reconcile "
+            f"{t.reconcile_seconds:g} s, skew {t.max_clock_skew_ms} ms → a killed worker's connections are "
+            f"taken over within ≈ {takeover_bound_s(self.fleet):.1f} s; a graceful stop hands off in "
+            f"≈ {HANDOFF_BOUND_S:g} s",
+            style="dim",
+        )
+        return text
+
+    def _workers_table(self) -> Table:
+        table = Table(box=box.SIMPLE_HEAD, title="workers", title_justify="left", pad_edge=False)
+        for column in ("worker", "pid", "status", "owned", "msg/s", "heartbeat", "delivered"):
+            table.add_column(column, justify="right" if column in ("owned", "msg/s", "delivered") else "left")
+        for name, worker in self.fleet.workers.items():
+            stats = self.monitor.workers.get(name)
+            code = worker.process.popen.poll()
+            if code is None:
+                status = Text("paused", "yellow") if name in self.paused else Text("alive", "green")
+            elif code == -signal.SIGKILL:
+                status = Text("killed", "red")
+            else:
+                status = Text(f"exited {code}", "dim")
+            age = stats.heartbeat_age_s if stats else None
+            table.add_row(
+                name,
+                str(worker.pid),
+                status,
+                str(stats.owned if stats else 0),
+                f"{stats.rate:.0f}" if stats else "0",
+                "-" if age is None else f"{age:.1f} s ago",
+                str(stats.delivered if stats else 0),
+            )
+        return table
+
+    def _connections_table(self) -> Table:
+        table = Table(box=box.SIMPLE_HEAD, title="connections", title_justify="left", pad_edge=False)
+        for column in ("connection", "state", "owner", "epoch", "last_seq", "lag", "lease", "last_error"):
+            table.add_column(column, justify="right" if column in ("epoch", "last_seq", "lag") else "left")
+        now = time.time() * 1000
+        for cid, item in sorted(self.monitor.items.items()):
+            expires = int(item.get("lease_expires_at_ms", 0) or 0)
+            owner = item.get("lease_owner")
+            if not owner or expires == 0:
+                lease = Text("free", "yellow")
+            elif expires > now:
+                lease = Text(f"{(expires - now) / 1000:.1f} s left")
+            else:
+                lease = Text(f"expired {(now - expires) / 1000:.1f} s", "red")
+            lag = self.monitor.lag(cid)
+            table.add_row(
+                cid,
+                str(item.get("desired_state", "?")),
+                str(owner or "-"),
+                str(item.get("lease_epoch", 0)),
+                str(item.get("last_seq", -1)),
+                "-" if lag is None else str(lag),
+                lease,
+                str(item.get("last_error") or ""),
+            )
+        return table
+
+    def _events(self, room: int) -> Table:
+        table = Table(box=None, title="events", title_justify="left", show_header=False, pad_edge=False)
+        table.add_column("t", style="dim", no_wrap=True)
+        table.add_column("kind", no_wrap=True)
+        table.add_column("what", no_wrap=True, overflow="ellipsis")
+        for event in list(self.monitor.events)[-room:]:
+            style = STYLES.get(event.kind, "")
+            table.add_row(event.stamp(), Text(event.kind, style), Text(event.text, style))
+        return table
+
+    def _footer(self) -> Text:
+        target = self.target() or "-"
+        paused = sorted(self.paused)
+        text = Text()
+        text.append("keys: ", style="bold")
+        pause = f"resume {paused[0]}" if paused else f"pause {target}"
+        text.append(
+            f"k kill {target}  p {pause}  t terminate {target}  "
+            f"a add worker  c add connection  s stop {self.stop_target() or '-'}  q/Ctrl-C quit\n"
+        )
+        text.append(
+            "lag = highest seq in the sink − checkpoint (last_seq): delivered, not yet checkpointed. "
+            "heartbeat = newest lease expiry − lease length. taken over / handed off = signal → new "
+            "subscribe seen by the feed. self-fenced comes from the worker's own log.",
+            style="dim",
+        )
+        return text
+
+    # ------------------------------------------------------------------ plain output
+
+    def _print_plain(self) -> None:
+        events = list(self.monitor.events)
+        for event in events[self._printed :]:
+            print(f"{event.stamp()}  {event.kind:<11} {event.text}", flush=True)
+        self._printed = len(events)
+        if self.monitor.events.maxlen and len(events) == self.monitor.events.maxlen:
+            self.monitor.events.clear()
+            self._printed = 0
+        now = time.monotonic()
+        if now - self._last_summary >= PLAIN_SUMMARY_S:
+            self._last_summary = now
+            parts = []
+            for name, worker in self.fleet.workers.items():
+                stats = self.monitor.workers.get(name)
+                state = "paused" if name in self.paused else ("alive" if worker.process.alive() else "gone")
+                owned, rate = (stats.owned, stats.rate) if stats else (0, 0.0)
+                parts.append(f"{name} {state} {owned} conn {rate:.0f} msg/s")
+            print("workers: " + " | ".join(parts), flush=True)
+
+    def fault_summary(self) -> Iterator[str]:
+        for fault in self.monitor.faults:
+            if fault.epochs:
+                yield (
+                    f"{fault.kind} {fault.worker}: {len(fault.times_s)}/{len(fault.epochs)} "
+                    f"{fault.measured_as}, max {fault.max_s:.2f} s"
+                )
