@@ -1,0 +1,83 @@
+"""`leaseworker local up --scenario failover --json`, run as a user would, judged on its JSON.
+
+The command starts its own DynamoDB Local, moto, feed and workers; kills, pauses and terminates
+workers; prints one JSON summary on stdout and exits 0 only if DESIGN §2c held. Afterwards no
+process it started may be left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.system.procscan import MARKER_VAR, alive, new_marker, processes_with_marker
+
+LEASEWORKER = Path(sys.executable).with_name("leaseworker")
+
+
+def test_failover_scenario_json(tmp_path: Path) -> None:
+    marker = new_marker()
+    env = {**os.environ, MARKER_VAR: marker}
+    done = subprocess.run(
+        [
+            str(LEASEWORKER),
+            "local",
+            "up",
+            "--scenario",
+            "failover",
+            "--duration",
+            "3",
+            "--json",
+            "--connections",
+            "12",
+            "--workers",
+            "3",
+            "--root",
+            str(tmp_path / "fleet"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads(done.stdout)  # stdout is pure JSON: progress goes to stderr
+    assert "local up:" in done.stderr
+
+    by_name = {result["scenario"]: result for result in summary["scenarios"]}
+    assert list(by_name) == ["kill", "pause", "graceful"]
+    for result in summary["scenarios"]:
+        assert result["connections"] > 0, result
+        assert set(result["times_s"]) and not result["unmeasured"], result
+        assert result["max_s"] == max(result["times_s"].values())
+        assert result["ok"], result
+    bound = (
+        summary["settings"]["lease_seconds"]
+        + summary["settings"]["max_clock_skew_ms"] / 1000
+        + summary["settings"]["reconcile_seconds"]
+        + 1.5
+    )
+    assert by_name["kill"]["bound_s"] == bound
+    assert by_name["kill"]["max_s"] <= bound
+    assert by_name["pause"]["max_s"] <= bound
+    assert by_name["pause"]["stale_after_wake"] == 0
+    assert by_name["graceful"]["max_s"] <= 1.5
+    assert by_name["graceful"]["exit_code"] == 0
+
+    assert summary["ok"] is True
+    assert set(summary["invariants"]) == {"S1", "S2", "S3", "L1", "L2"}
+    for name, check in summary["invariants"].items():
+        assert check["ok"] and not check["violations"], (name, check)
+    totals = summary["totals"]
+    assert totals["connections"] == 12
+    assert totals["missing"] == 0
+    assert totals["delivered"] > 12 * 20  # 20 msg/s per connection for well over a second
+
+    # Nothing left behind: neither the recorded pids nor anything that inherited our marker.
+    assert len(summary["pids"]) >= 3 + 3 + 3  # services, workers, replacements
+    assert [pid for pid in summary["pids"] if alive(pid)] == []
+    assert processes_with_marker(marker) == []
