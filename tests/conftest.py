@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from leaseworker.local.services import LOCAL_CREDENTIALS, start_dynamodb_local, start_moto_server
 
 # Local emulators accept any credentials; make sure nothing reaches for a real account.

@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 import pytest
-from leaseworker.settings import load_settings
 
+from leaseworker.settings import load_settings
 from stacks.config import (
     PARAMETERS,
     ConfigError,

@@ -11,10 +11,11 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from leaseworker.local.fleet import FAST, Fleet
 from leaseworker.local.invariants import check_all, read_events, resubscribed_after
 
@@ -61,9 +62,9 @@ def all_owned(fleet: Fleet, alive: set[str]) -> bool:
 
 
 @pytest.fixture
-def fleet(tmp_path: Path) -> Fleet:
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
     with Fleet(tmp_path, timings=FAST, feed_rate=20.0) as running:
-        yield running  # type: ignore[misc]  # a generator fixture
+        yield running
 
 
 def test_kill_terminate_pause(fleet: Fleet) -> None:

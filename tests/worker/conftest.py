@@ -7,10 +7,11 @@ from collections.abc import AsyncIterator
 
 import aioboto3
 import pytest
+from types_aiobotocore_dynamodb import DynamoDBClient
+
 from leaseworker.aws import LEASE_CLIENT_CONFIG
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.settings import Settings
-from types_aiobotocore_dynamodb import DynamoDBClient
 
 
 @pytest.fixture

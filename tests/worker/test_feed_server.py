@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
 from leaseworker.feed import FAULT_AFTER, FeedServer, data_for
 from leaseworker.protocol import (
     MAX_FRAME_BYTES,
@@ -23,8 +26,6 @@ from leaseworker.protocol import (
     ProtocolError,
     SeqfeedProtocol,
 )
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
 
 # Generous bounds: these tests check behaviour, not the scheduler's punctuality.
 TIMEOUT = 5.0

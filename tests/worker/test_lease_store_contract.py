@@ -8,6 +8,8 @@ import time
 
 import aioboto3
 import pytest
+from types_aiobotocore_dynamodb import DynamoDBClient
+
 from leaseworker.aws import LEASE_CLIENT_CONFIG
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.errors import StoreUnavailable, TableMissing
@@ -15,7 +17,6 @@ from leaseworker.lease.model import LeaseState
 from leaseworker.lease.store import Acquired, LeaseStore, Lost, Malformed, Renewed, Stopped
 from leaseworker.local.services import free_port
 from leaseworker.settings import Settings
-from types_aiobotocore_dynamodb import DynamoDBClient
 
 URL = "ws://127.0.0.1:9/feeds/x"
 

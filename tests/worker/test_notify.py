@@ -13,9 +13,10 @@ from collections.abc import AsyncIterator
 import aioboto3
 import pytest
 from aiobotocore.config import AioConfig
+from types_aiobotocore_sqs import SQSClient
+
 from leaseworker.notify import Notifier, encode_message, notifications, parse_message
 from leaseworker.observability.logging import configure_logging
-from types_aiobotocore_sqs import SQSClient
 
 
 @pytest.fixture

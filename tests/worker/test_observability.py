@@ -14,6 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
 from leaseworker.observability.logging import (
     configure_logging,
     current_log_context,
@@ -29,8 +32,6 @@ from leaseworker.observability.metrics import (
     run_metrics_loop,
 )
 from leaseworker.observability.tracing import SpanName, configure_tracing
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
 
 # ---------------------------------------------------------------- logging
 

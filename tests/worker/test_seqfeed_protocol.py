@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+
 from leaseworker.protocol import (
     MAX_FRAME_BYTES,
     STALE_EPOCH,

@@ -16,6 +16,8 @@ from typing import Any, cast
 import aioboto3
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
+from types_aiobotocore_kinesis import KinesisClient
+
 from leaseworker.records import SinkRecord
 from leaseworker.settings import SettingsError
 from leaseworker.sinks import Sink, SinkError, open_sink
@@ -30,7 +32,6 @@ from leaseworker.sinks.kinesis import (
 )
 from leaseworker.sinks.null import NullSink
 from leaseworker.sinks.stdout import StdoutSink
-from types_aiobotocore_kinesis import KinesisClient
 
 REGION = "us-east-1"
 

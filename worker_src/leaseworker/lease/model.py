@@ -127,7 +127,7 @@ def is_expired(expires_at_ms: int, now_ms: int, settings: Settings) -> bool:
 class LeaseState(enum.Enum):
     ACQUIRING = "acquiring"  # the conditional write is in flight; nothing may be delivered yet
     HELD = "held"  # renewed recently enough: deliveries allowed until `valid_until`
-    RELEASING = "releasing"  # shutting down or STOPPED: no new deliveries, release pending
+    RELEASING = "releasing"  # closing (1001): what was received may still be delivered, then release
     LOST = "lost"  # another epoch owns it, or the local deadline passed: deliver nothing
 
 
@@ -145,7 +145,7 @@ class Lease:
     lost_reason: str | None = None
 
     def is_valid(self, now: float) -> bool:
-        return self.state is LeaseState.HELD and now < self.valid_until
+        return self.state in (LeaseState.HELD, LeaseState.RELEASING) and now < self.valid_until
 
     def renewed(self, sent_at: float, settings: Settings) -> None:
         """A renewal sent at monotonic `sent_at` succeeded: extend the local deadline."""

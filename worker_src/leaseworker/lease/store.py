@@ -376,6 +376,10 @@ class LeaseStore:
                 return await awaitable
         except TimeoutError:
             raise StoreUnavailable(f"DynamoDB call exceeded its {limit:.2f} s deadline") from None
+        except ClientError as error:
+            if _code(error) == "ConditionalCheckFailedException":
+                raise  # a lost race: the caller turns it into a value
+            raise _translate(error) from error
         except BotoCoreError as error:
             raise StoreUnavailable(f"DynamoDB unreachable: {error}") from error
 

@@ -17,7 +17,7 @@ import contextlib
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
 from leaseworker.lease.balance import fair_share
@@ -128,7 +128,10 @@ class Worker:
 
     async def _acquire_loop(self) -> None:
         while not self._stop_acquiring.is_set():
-            with self._tracing.span("lease.reconcile", worker_id=self._settings.worker_id):
+            with (
+                self._tracing.span("lease.reconcile", worker_id=self._settings.worker_id),
+                _survive("reconcile"),
+            ):
                 await self._reconcile()
             self._wake_reconcile.clear()
             await _wait_any(self._settings.reconcile_seconds, self._stop_acquiring, self._wake_reconcile)
@@ -138,6 +141,7 @@ class Worker:
         try:
             view = await self._ownership.fleet_view()
         except StoreError as error:
+            self._metrics.count(MetricName.LeaseAcquireFailures)
             logger.warning("fleet view failed; keeping the previous share", extra={"error": str(error)})
             return
         self._viewed_at = time.monotonic()
@@ -304,10 +308,11 @@ class Worker:
             if self._loops_done.is_set():
                 return
             next_at = max(next_at, time.monotonic())  # after a pause, do not fire a burst
-            if self._stop_acquiring.is_set():  # withdrawn from the fleet: renew only
-                await self._renew_all()
-            else:
-                await asyncio.gather(self._renew_all(), self._announce())
+            with _survive("heartbeat"):
+                if self._stop_acquiring.is_set():  # withdrawn from the fleet: renew only
+                    await self._renew_all()
+                else:
+                    await asyncio.gather(self._renew_all(), self._announce())
 
     async def _renew_all(self) -> None:
         held = {
@@ -358,7 +363,8 @@ class Worker:
             await _wait_any(self._settings.checkpoint_seconds, self._loops_done)
             if self._loops_done.is_set():
                 return
-            await self._checkpoint_all()
+            with _survive("checkpoint"):
+                await self._checkpoint_all()
 
     async def _checkpoint_all(self) -> None:
         due = [
@@ -423,6 +429,16 @@ class Worker:
 
     def _sample(self) -> None:
         self._metrics.set_gauge(MetricName.ActiveConnections, len(self._owned))
+
+
+@contextlib.contextmanager
+def _survive(loop: str) -> Iterator[None]:
+    """A bug in one iteration of a loop is logged, not allowed to take the worker down:
+    the leases' local deadlines keep every lost write safe."""
+    try:
+        yield
+    except Exception:
+        logger.exception("unexpected error in a worker loop; continuing", extra={"loop": loop})
 
 
 async def _wait_any(timeout: float, *events: asyncio.Event) -> None:

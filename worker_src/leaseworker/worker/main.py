@@ -7,6 +7,7 @@ import os
 import signal
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from typing import TextIO
 
 import aioboto3
 
@@ -14,8 +15,8 @@ from leaseworker.aws import dynamodb_client, sqs_client
 from leaseworker.lease.ownership import ConnectionLeases
 from leaseworker.lease.store import LeaseStore
 from leaseworker.notify import Notifier, notifications
-from leaseworker.observability.logging import configure_logging, get_logger
-from leaseworker.observability.metrics import WorkerMetrics
+from leaseworker.observability.logging import configure_logging
+from leaseworker.observability.metrics import DEFAULT_NAMESPACE, WorkerMetrics
 from leaseworker.observability.tracing import configure_tracing
 from leaseworker.protocol.seqfeed import SeqfeedProtocol
 from leaseworker.settings import Settings, SettingsError
@@ -23,50 +24,60 @@ from leaseworker.sinks.factory import open_sink
 from leaseworker.worker.app import Worker
 from leaseworker.worker.session import SessionDeps
 
-logger = get_logger(__name__)
 
-
-async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
+async def build_worker(
+    settings: Settings, stack: AsyncExitStack, *, metrics_stream: TextIO | None = None
+) -> tuple[Worker, WorkerMetrics]:
+    """Open every client once, in `stack`, and assemble the worker from them."""
     if settings.lease_mode != "connection":
         raise SettingsError(
-            "LEASE_MODE", settings.lease_mode, "only 'connection' is implemented in this version"
+            "LEASE_MODE", settings.lease_mode, "only 'connection' is available in this version"
         )
-    stop = stop or asyncio.Event()
+    session = aioboto3.Session()
+    ddb = await dynamodb_client(stack, session, settings)
+    sink = await open_sink(
+        settings.sink,
+        worker_id=settings.worker_id,
+        stack=stack,
+        session=session,
+        endpoint_url=None,  # botocore resolves AWS_ENDPOINT_URL_KINESIS / AWS_ENDPOINT_URL
+        region=settings.region,
+        # A sink write may not outlive a lease: past that another epoch may be delivering.
+        kinesis_deadline_seconds=settings.local_validity_seconds,
+    )
+    notifier = Notifier(None, None)
+    source = None
+    if settings.notify_queue_url:
+        sqs = await sqs_client(stack, session, settings)
+        queue_url = settings.notify_queue_url
+        notifier = Notifier(sqs, queue_url)
+
+        def source(stop_event: asyncio.Event) -> AsyncIterator[str]:
+            return notifications(sqs, queue_url, stop=stop_event)
+
+    metrics = WorkerMetrics(
+        namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or DEFAULT_NAMESPACE, stream=metrics_stream
+    )
+    tracing = configure_tracing(settings.otel_endpoint)
+    stack.push_async_callback(asyncio.to_thread, tracing.shutdown)
+    deps = SessionDeps(
+        settings=settings, sink=sink, protocol=SeqfeedProtocol(), metrics=metrics, tracing=tracing
+    )
+    worker = Worker(
+        ownership=ConnectionLeases(LeaseStore(ddb, settings), settings),
+        deps=deps,
+        notifier=notifier,
+        notifications=source,
+    )
+    return worker, metrics
+
+
+async def run_worker(settings: Settings) -> None:
+    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)  # the handler only sets an Event
     configure_logging(os.environ.get("LOG_LEVEL", "INFO"))
     async with AsyncExitStack() as stack:
-        session = aioboto3.Session()
-        ddb = await dynamodb_client(stack, session, settings)
-        sink = await open_sink(
-            settings.sink,
-            worker_id=settings.worker_id,
-            stack=stack,
-            session=session,
-            endpoint_url=None,  # botocore resolves AWS_ENDPOINT_URL_KINESIS / AWS_ENDPOINT_URL
-            region=settings.region,
-        )
-        notifier = Notifier(None, None)
-        source = None
-        if settings.notify_queue_url:
-            sqs = await sqs_client(stack, session, settings)
-            queue_url = settings.notify_queue_url
-            notifier = Notifier(sqs, queue_url)
-
-            def source(stop_event: asyncio.Event) -> AsyncIterator[str]:
-                return notifications(sqs, queue_url, stop=stop_event)
-
-        metrics = WorkerMetrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "Leaseworker")
-        tracing = configure_tracing(settings.otel_endpoint)
-        stack.push_async_callback(asyncio.to_thread, tracing.shutdown)
-        deps = SessionDeps(
-            settings=settings, sink=sink, protocol=SeqfeedProtocol(), metrics=metrics, tracing=tracing
-        )
-        worker = Worker(
-            ownership=ConnectionLeases(LeaseStore(ddb, settings), settings),
-            deps=deps,
-            notifier=notifier,
-            notifications=source,
-        )
+        worker, _ = await build_worker(settings, stack)
         await worker.run(stop)

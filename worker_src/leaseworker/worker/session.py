@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode
 
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.model import Lease, LeaseState
@@ -212,6 +213,13 @@ class ConnectionSession:
                 continue
             except ConnectionClosed as closed:
                 await self._deliver(batch)
+                if closed.sent is not None and closed.sent.code == CloseCode.MESSAGE_TOO_BIG:
+                    # websockets refused a frame over MAX_FRAME_BYTES before buffering it.
+                    self._deps.metrics.count(MetricName.ProtocolErrors)
+                    await self._failures(
+                        lease, f"protocol error: oversized frame (> {MAX_FRAME_BYTES} bytes)"
+                    )
+                    return "protocol error: oversized frame"
                 return f"upstream closed: {closed}"
             try:
                 frame = decoder.decode(raw)
@@ -227,7 +235,9 @@ class ConnectionSession:
                     # The upstream has seen a newer epoch: someone else owns this connection now.
                     self.lose(f"upstream says stale epoch: {frame.message}")
                     raise _Stop(SessionResult(Outcome.LOST, "stale epoch"))
-                logger.warning("upstream error frame", extra={"code": frame.code, "message": frame.message})
+                logger.warning(
+                    "upstream error frame", extra={"code": frame.code, "upstream_message": frame.message}
+                )
                 await self._failures(lease, f"upstream error {frame.code}: {frame.message}")
                 return f"upstream error {frame.code}"
             assert isinstance(frame, DataFrame)

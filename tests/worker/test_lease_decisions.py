@@ -1,0 +1,151 @@
+"""Lease decisions are pure functions of (record, now, me, settings): table-driven, fake clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from leaseworker.lease.balance import Share, fair_share
+from leaseworker.lease.model import (
+    ConnectionItem,
+    InvalidConnectionId,
+    Lease,
+    LeaseState,
+    MalformedItem,
+    check_connection_id,
+    is_expired,
+    local_deadline,
+    renewal_timeout,
+)
+from leaseworker.settings import Settings
+
+# lease 20 s, skew 1 s, margin min(2 s, 5 s) = 2 s: a lease is locally valid 17 s after the send.
+S = Settings(worker_id="me")
+NOW_MS = 1_700_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("expires_at_ms", "expired"),
+    [
+        (0, True),  # released or new
+        (NOW_MS - 1001, True),  # older than the skew allowance
+        (NOW_MS - 1000, False),  # exactly at the allowance: still live
+        (NOW_MS - 1, False),  # expired by our clock, but within the skew: not yet ours to take
+        (NOW_MS + 5000, False),  # live
+    ],
+)
+def test_acquire_rule_respects_clock_skew(expires_at_ms: int, expired: bool) -> None:
+    assert is_expired(expires_at_ms, NOW_MS, S) is expired
+
+
+def lease(valid_until: float = 117.0, state: LeaseState = LeaseState.HELD) -> Lease:
+    return Lease(
+        "c1", epoch=3, owner="me", ws_url="wss://x", start_seq=-1, valid_until=valid_until, state=state
+    )
+
+
+@pytest.mark.parametrize(
+    ("state", "now", "valid"),
+    [
+        (LeaseState.HELD, 100.0, True),
+        (LeaseState.HELD, 116.999, True),
+        (LeaseState.HELD, 117.0, False),  # the deadline itself is already too late
+        (LeaseState.RELEASING, 100.0, True),  # may still hand its last batch to the sink
+        (LeaseState.RELEASING, 118.0, False),
+        (LeaseState.LOST, 100.0, False),
+        (LeaseState.ACQUIRING, 100.0, False),
+    ],
+)
+def test_validity_by_state_and_monotonic_time(state: LeaseState, now: float, valid: bool) -> None:
+    assert lease(state=state).is_valid(now) is valid
+
+
+def test_deadline_counts_from_when_the_renewal_was_sent() -> None:
+    assert local_deadline(100.0, S) == pytest.approx(100.0 + 20 - 1 - 2)
+    held = lease(valid_until=110.0)
+    held.renewed(sent_at=105.0, settings=S)  # the reply arrived late; only the send time counts
+    assert held.valid_until == pytest.approx(122.0)
+    held.renewed(sent_at=101.0, settings=S)  # a slow, older renewal never shortens the deadline
+    assert held.valid_until == pytest.approx(122.0)
+
+
+def test_lost_and_releasing_leases_are_not_extended() -> None:
+    gone = lease(state=LeaseState.LOST)
+    gone.renewed(sent_at=200.0, settings=S)
+    assert gone.valid_until == 117.0
+    gone.lose("again")
+    assert gone.state is LeaseState.LOST
+
+
+@pytest.mark.parametrize(("now", "timeout"), [(100.0, 17.0), (116.5, 0.5), (117.0, 0.0), (130.0, 0.0)])
+def test_renewal_deadline_never_outlives_local_validity(now: float, timeout: float) -> None:
+    assert renewal_timeout(lease(), now) == pytest.approx(timeout)
+
+
+def attrs(**values: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "connection_id": {"S": "c1"},
+        "desired_state": {"S": "STARTED"},
+        "ws_url": {"S": "wss://feed"},
+        "last_seq": {"N": "41"},
+        "lease_owner": {"S": "w2"},
+        "lease_expires_at_ms": {"N": str(NOW_MS + 3000)},
+        "lease_epoch": {"N": "7"},
+    }
+    base.update(values)
+    return {k: v for k, v in base.items() if v is not None}
+
+
+def test_item_decoding_and_holder() -> None:
+    item = ConnectionItem.from_attributes(attrs())
+    assert (item.last_seq, item.lease_epoch, item.lease_owner) == (41, 7, "w2")
+    assert item.holder_at(NOW_MS, S) == "w2"
+    assert item.holder_at(NOW_MS + 4001, S) is None
+    fresh = ConnectionItem.from_attributes(attrs(last_seq=None, lease_owner=None, lease_epoch=None))
+    assert (fresh.last_seq, fresh.lease_epoch, fresh.lease_owner) == (-1, 0, None)
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"ws_url": None},
+        {"ws_url": {"N": "1"}},
+        {"desired_state": {"S": "PAUSED"}},
+        {"last_seq": {"S": "forty"}},
+        {"lease_epoch": {"S": "x"}},
+        {"connection_id": None},
+    ],
+)
+def test_malformed_items_are_refused_with_a_reason(broken: dict[str, object]) -> None:
+    with pytest.raises(MalformedItem):
+        ConnectionItem.from_attributes(attrs(**broken))
+
+
+@pytest.mark.parametrize("bad", ["", "has space", "x" * 129, "worker#w1", "a/b", "ü"])
+def test_invalid_connection_ids(bad: str) -> None:
+    with pytest.raises(InvalidConnectionId):
+        check_connection_id(bad)
+
+
+@pytest.mark.parametrize("good", ["a", "feed-1", "BTC:USD.spot_2", "x" * 128])
+def test_valid_connection_ids(good: str) -> None:
+    assert check_connection_id(good) == good
+
+
+@pytest.mark.parametrize(
+    ("owned", "claiming", "workers", "started", "cap", "expected"),
+    [
+        (0, 0, 1, 30, 1000, Share(target=30, claim=30, shed=0)),  # alone: take everything
+        (0, 0, 3, 30, 1000, Share(target=10, claim=10, shed=0)),
+        (0, 0, 0, 30, 1000, Share(target=30, claim=30, shed=0)),  # our presence not visible yet
+        (30, 0, 3, 30, 1000, Share(target=10, claim=0, shed=10)),  # hand back half the excess
+        (11, 0, 3, 31, 1000, Share(target=11, claim=0, shed=0)),  # ceil: the odd one fits
+        (5, 3, 3, 30, 1000, Share(target=10, claim=2, shed=0)),  # in-flight claims count
+        (0, 0, 1, 5000, 1000, Share(target=1000, claim=1000, shed=0)),  # MAX_CONNECTIONS caps it
+        (3, 0, 2, 0, 1000, Share(target=0, claim=0, shed=2)),
+    ],
+)
+def test_fair_share(owned: int, claiming: int, workers: int, started: int, cap: int, expected: Share) -> None:
+    assert (
+        fair_share(owned=owned, claiming=claiming, live_workers=workers, started=started, max_connections=cap)
+        == expected
+    )

@@ -1,0 +1,88 @@
+"""Every settings rule: a broken one is refused with one line naming variable, value and rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from leaseworker.settings import Settings, SettingsError, default_worker_id, load_settings
+
+BASE = {"WORKER_ID": "w1"}
+
+
+def load(**env: str) -> Settings:
+    return load_settings({**BASE, **env})
+
+
+def test_defaults_match_design() -> None:
+    settings = load()
+    assert settings.table_name == "leaseworker-connections"
+    assert settings.lease_mode == "connection"
+    assert (settings.lease_seconds, settings.heartbeat_seconds) == (20.0, 5.0)
+    assert (settings.reconcile_seconds, settings.checkpoint_seconds) == (5.0, 5.0)
+    assert settings.max_clock_skew_ms == 1000
+    assert settings.max_connections == 1000
+    assert settings.metrics_seconds == 30.0
+    assert settings.shutdown_grace_seconds == 60.0
+    assert settings.sink == "stdout"
+    assert settings.notify_queue_url is None and settings.otel_endpoint is None
+    assert settings.allow_insecure_ws is False
+
+
+@pytest.mark.parametrize(
+    ("env", "name", "rule"),
+    [
+        ({"TABLE_NAME": ""}, "TABLE_NAME", "is required"),
+        ({"LEASE_MODE": "zookeeper"}, "LEASE_MODE", "one of connection, session"),
+        ({"LEASE_SECONDS": "abc"}, "LEASE_SECONDS", "must be a number"),
+        ({"LEASE_SECONDS": "14"}, "LEASE_SECONDS", ">= 3 x HEARTBEAT_SECONDS (15)"),
+        ({"HEARTBEAT_SECONDS": "0"}, "HEARTBEAT_SECONDS", "must be > 0"),
+        ({"HEARTBEAT_SECONDS": "-1"}, "HEARTBEAT_SECONDS", "must be > 0"),
+        ({"RECONCILE_SECONDS": "0"}, "RECONCILE_SECONDS", "must be > 0"),
+        ({"CHECKPOINT_SECONDS": "0"}, "CHECKPOINT_SECONDS", "must be > 0"),
+        ({"METRICS_SECONDS": "0"}, "METRICS_SECONDS", "must be > 0"),
+        ({"MAX_CONNECTIONS": "0"}, "MAX_CONNECTIONS", "must be > 0"),
+        ({"MAX_CONNECTIONS": "1.5"}, "MAX_CONNECTIONS", "must be an integer"),
+        ({"MAX_CLOCK_SKEW_MS": "5000"}, "MAX_CLOCK_SKEW_MS", "< LEASE_SECONDS/4 (5000 ms)"),
+        ({"MAX_CLOCK_SKEW_MS": "-1"}, "MAX_CLOCK_SKEW_MS", ">= 0"),
+        ({"MAX_CLOCK_SKEW_MS": "ten"}, "MAX_CLOCK_SKEW_MS", "must be an integer"),
+        ({"SHUTDOWN_GRACE_SECONDS": "121"}, "SHUTDOWN_GRACE_SECONDS", "<= 120"),
+        ({"SHUTDOWN_GRACE_SECONDS": "0"}, "SHUTDOWN_GRACE_SECONDS", "must be > 0"),
+        ({"SINK": "s3:bucket"}, "SINK", "stdout, null, file:<dir> or kinesis:<stream>"),
+        ({"SINK": "kinesis:"}, "SINK", "kinesis:<stream>"),
+        ({"SINK": "file:"}, "SINK", "file:<dir>"),
+        ({"WORKER_ID": "has space"}, "WORKER_ID", "[A-Za-z0-9._:-]"),
+        ({"WORKER_ID": "x" * 129}, "WORKER_ID", "[A-Za-z0-9._:-]{1,128}"),
+        ({"ALLOW_INSECURE_WS": "maybe"}, "ALLOW_INSECURE_WS", "true or false"),
+    ],
+)
+def test_each_rule(env: dict[str, str], name: str, rule: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load(**env)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"invalid {name}=")
+    assert repr(env[name]) in message or env[name] in message
+    assert rule in message
+
+
+def test_valid_scaled_timings_and_overrides() -> None:
+    settings = load(LEASE_SECONDS="3", HEARTBEAT_SECONDS="1", MAX_CLOCK_SKEW_MS="200", SINK="null")
+    assert settings.local_validity_seconds == pytest.approx(3 - 0.2 - 0.3)
+    assert load_settings({**BASE, "SINK": "null"}, sink="file:/tmp/x").sink == "file:/tmp/x"
+    assert load(ALLOW_INSECURE_WS="true").allow_insecure_ws is True
+    assert load(AWS_ENDPOINT_URL_DYNAMODB="http://a", AWS_ENDPOINT_URL="http://b").endpoint_url == "http://a"
+
+
+def test_settings_are_frozen() -> None:
+    settings = load()
+    with pytest.raises(AttributeError):
+        settings.lease_seconds = 1  # type: ignore[misc]  # proving the dataclass is frozen
+
+
+def test_default_worker_id_local_and_ecs() -> None:
+    local = default_worker_id({})
+    assert local.count("-") >= 2
+    assert load_settings({}).worker_id  # generated when unset
+    ecs = default_worker_id({"ECS_CONTAINER_METADATA_URI_V4": "http://169.254.170.2/v4/0123abcd4567-1111"})
+    assert ecs.startswith("0123abcd4567-")
+    assert default_worker_id({}) != default_worker_id({})  # random suffix
