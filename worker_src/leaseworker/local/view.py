@@ -30,6 +30,7 @@ from rich.text import Text
 from leaseworker.local.events import HANDOFF_BOUND_S, Fault, FleetMonitor, takeover_bound_s
 from leaseworker.local.fleet import Fleet
 
+SIGNAL_NAMES = {"kill": "SIGKILL", "pause": "SIGSTOP", "terminate": "SIGTERM"}
 REFRESH_S = 0.5
 PLAIN_SUMMARY_S = 5.0
 AUTO_FIRST_FAULT_S = 10.0
@@ -276,20 +277,38 @@ class LiveView:
     # ------------------------------------------------------------------ rendering
 
     def render(self) -> RenderableType:
-        width = self.console.width
-        height = self.console.height
         workers = self._workers_table()
         conns = self._connections_table()
-        if width >= 150:
+        if self.console.width >= 150:
             grid = Table.grid(padding=(0, 3))
             grid.add_row(workers, conns)
             body: RenderableType = grid
-            used = max(workers.row_count, conns.row_count) + 3
         else:
             body = Group(workers, conns)
-            used = workers.row_count + conns.row_count + 6
-        room = max(4, height - used - 7)
-        return Group(self._header(), body, self._events(room), self._footer())
+        fixed = Group(self._header(), body, self._measured(), self._footer())
+        used = len(self.console.render_lines(fixed, self.console.options, pad=False))
+        room = max(3, self.console.height - used - 2)  # the events title, and the cursor line
+        return Group(self._header(), body, self._measured(), self._events(room), self._footer())
+
+    def _measured(self) -> Text:
+        text = Text()
+        text.append("failovers: ", style="bold")
+        if not self.monitor.faults:
+            text.append("none yet — press k, p or t (or wait for the automatic ones)", style="dim")
+        for fault in self.monitor.faults[-3:]:
+            bound = HANDOFF_BOUND_S if fault.kind == "terminate" else takeover_bound_s(self.fleet)
+            text.append(f"\n  {SIGNAL_NAMES[fault.kind]} {fault.worker}: ")
+            if not fault.epochs:
+                text.append("it held no connections", style="dim")
+                continue
+            ok = fault.max_s <= bound
+            state = "" if fault.closed else " so far"
+            text.append(
+                f"{len(fault.times_s)}/{len(fault.epochs)} {fault.measured_as}{state}, "
+                f"max {fault.max_s:.2f} s (bound {bound:.1f} s)",
+                style=("green" if ok else "red") if fault.closed else "yellow",
+            )
+        return text
 
     def _header(self) -> Text:
         t = self.fleet.timings
