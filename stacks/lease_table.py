@@ -15,17 +15,12 @@ STATE_EXPIRY_INDEX_SK = "lease_expires_at_ms"
 class LeaseTable(Construct):
     """On-demand, PITR, encrypted; `by-state-expiry` finds STARTED connections whose lease expired.
 
-    The GSI projects ALL attributes. The index is the worker's view of "what needs an
-    owner", and projecting everything means any reader of it (the reconciler today asks only
-    for connection_id; the CLI's listing and the session-mode free-connection search may
-    want ws_url, lease_owner, lease_epoch, last_seq, failures) gets whole items without a
-    GetItem per result and without a coordinated schema change here: an INCLUDE list that
-    misses an attribute silently returns partial items, and a GSI projection cannot be
-    changed in place (the index must be recreated). Items are small (< 1 KB), so storage is
-    negligible. The cost, stated not hidden: every write that changes any attribute of an
-    item in the index, checkpoints included, is also written to the index, on top of the
-    sort-key rewrite per renewal (DESIGN.md §2a). KEYS_ONLY would avoid the checkpoint
-    replication if that cost ever matters more than the flexibility.
+    The GSI projects KEYS_ONLY, as `leaseworker table create` does locally. Every reader of
+    the index needs only keys: reconcile asks for connection_id, and the fair-share view only
+    counts items (Select=COUNT). With KEYS_ONLY a write that changes no index key (a
+    checkpoint, a failure note) is not replicated to the index, so each checkpoint costs
+    1 WCU instead of 2. What remains, stated not hidden: every renewal rewrites the index
+    sort key (DESIGN.md §2a), and all STARTED items share one index partition.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, retain: bool) -> None:
@@ -46,5 +41,5 @@ class LeaseTable(Construct):
             index_name=STATE_EXPIRY_INDEX,
             partition_key=dynamodb.Attribute(name=STATE_EXPIRY_INDEX_PK, type=dynamodb.AttributeType.STRING),
             sort_key=dynamodb.Attribute(name=STATE_EXPIRY_INDEX_SK, type=dynamodb.AttributeType.NUMBER),
-            projection_type=dynamodb.ProjectionType.ALL,
+            projection_type=dynamodb.ProjectionType.KEYS_ONLY,
         )

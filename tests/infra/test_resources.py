@@ -33,7 +33,7 @@ def test_lease_table_key_schema_and_gsi(default: Synth) -> None:
                         {"AttributeName": "desired_state", "KeyType": "HASH"},
                         {"AttributeName": "lease_expires_at_ms", "KeyType": "RANGE"},
                     ],
-                    "Projection": {"ProjectionType": "ALL"},
+                    "Projection": {"ProjectionType": "KEYS_ONLY"},
                 }
             ],
             "BillingMode": "PAY_PER_REQUEST",
