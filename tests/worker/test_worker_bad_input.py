@@ -7,12 +7,8 @@ the good connections lose nothing.
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from types_aiobotocore_dynamodb import DynamoDBClient
@@ -21,39 +17,8 @@ from leaseworker.feed.server import FeedServer
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.local.invariants import Report, check_s1, check_s2, read_sink
 from leaseworker.local.services import free_port, start_dynamodb_local
-from leaseworker.observability.metrics import WorkerMetrics
 from leaseworker.settings import Settings
-from leaseworker.worker.app import Worker
-from leaseworker.worker.main import build_worker
-
-
-@dataclass
-class Running:
-    worker: Worker
-    metrics: WorkerMetrics
-    task: asyncio.Task[None]
-
-
-@asynccontextmanager
-async def running(settings: Settings) -> AsyncIterator[Running]:
-    stop = asyncio.Event()
-    async with AsyncExitStack() as stack:
-        worker, metrics = await build_worker(settings, stack, metrics_stream=io.StringIO())
-        task = asyncio.create_task(worker.run(stop))
-        try:
-            yield Running(worker, metrics, task)
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, 15)
-
-
-async def eventually(predicate: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await predicate() if asyncio.iscoroutinefunction(predicate) else predicate():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.worker.harness import eventually, running
 
 
 async def put_raw(ddb: DynamoDBClient, table: str, cid: str, **attrs: dict[str, str]) -> None:

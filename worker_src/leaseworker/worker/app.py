@@ -296,6 +296,7 @@ class Worker:
     async def _release_quietly(self, acquired: Acquired) -> None:
         with contextlib.suppress(StoreError):
             await self._ownership.release(acquired.lease, None)
+            await self._notifier.connection_changed(acquired.lease.connection_id)
 
     # ------------------------------------------------------------------ heartbeat
 

@@ -168,6 +168,11 @@ class ConnectionSession:
                 await self._retry_later(f"connect failed: {type(error).__name__}: {error}", next(delays))
                 continue
             self._ws = ws
+            if self._stop_requested.is_set() or not self._valid():
+                # Stopped or fenced while the handshake was in flight: the closer saw no socket.
+                self._ws = None
+                await self._close(ws)
+                return self._ending()
             try:
                 delivered_before = self.delivered_seq
                 reason = await self._stream(ws)

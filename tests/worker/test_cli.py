@@ -1,0 +1,170 @@
+"""The operator CLI end to end, as a subprocess: each expected failure is one line, never a traceback.
+
+Failures are asserted on the exit code (1: the operation failed, 2: the input was invalid), on
+stderr being exactly one line that starts with "error:", and on the time it took where an
+unreachable endpoint could otherwise hang in SDK retries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from leaseworker.local.services import free_port
+
+LEASEWORKER = Path(sys.executable).with_name("leaseworker")
+
+
+def run(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LEASEWORKER), *args], env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def one_error_line(done: subprocess.CompletedProcess[str], code: int) -> str:
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr + done.stdout
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def bare_env(tmp_path: Path) -> dict[str, str]:
+    """No AWS_* variables and an empty HOME: no config file, no credentials, no region."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TABLE_NAME", "NOTIFY_"))}
+    env.update({"HOME": str(home), "AWS_EC2_METADATA_DISABLED": "true"})
+    return env
+
+
+@pytest.fixture
+def local_env(bare_env: dict[str, str]) -> dict[str, str]:
+    return {
+        **bare_env,
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "local",
+        "AWS_SECRET_ACCESS_KEY": "local",
+    }
+
+
+@pytest.fixture
+def table(dynamodb_endpoint: str, local_env: dict[str, str]) -> list[str]:
+    """Global options selecting a fresh table on DynamoDB Local."""
+    name = f"cli-{uuid.uuid4().hex[:8]}"
+    target = ["--endpoint-url", dynamodb_endpoint, "--table", name]
+    done = run(*target, "table", "create", env=local_env)
+    assert done.returncode == 0, done.stderr
+    assert f"table {name} created" in done.stdout
+    return target
+
+
+def test_help_reads_well() -> None:
+    done = run("--help")
+    assert done.returncode == 0
+    for text in ("local up", "connections add", "--table", "--endpoint-url", "TableName output"):
+        assert text in done.stdout, text
+    for command in ("connections", "local", "run", "table"):
+        assert f"  {command} " in done.stdout, command
+    local_help = run("local", "up", "--help").stdout
+    for text in ("k kill", "--scenario", "--duration", "--no-auto-faults", "[default: 3", "[default: 12"):
+        assert text in local_help, text
+
+
+def test_no_region(bare_env: dict[str, str]) -> None:
+    line = one_error_line(run("connections", "list", env=bare_env), 1)
+    assert "no AWS region" in line and "AWS_REGION" in line
+
+
+def test_no_credentials(bare_env: dict[str, str]) -> None:
+    line = one_error_line(run("connections", "list", env={**bare_env, "AWS_REGION": "us-east-1"}), 1)
+    assert "no AWS credentials" in line
+
+
+def test_unreachable_endpoint_fails_fast(local_env: dict[str, str]) -> None:
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    started = time.monotonic()
+    done = run("--endpoint-url", endpoint, "connections", "list", env=local_env)
+    elapsed = time.monotonic() - started
+    line = one_error_line(done, 1)
+    assert f"cannot reach DynamoDB at {endpoint}" in line
+    assert elapsed < 8, f"took {elapsed:.1f} s"
+
+
+def test_bad_endpoint_url(local_env: dict[str, str]) -> None:
+    line = one_error_line(run("--endpoint-url", "not-a-url", "connections", "list", env=local_env), 2)
+    assert "invalid --endpoint-url 'not-a-url'" in line
+
+
+def test_no_table(dynamodb_endpoint: str, local_env: dict[str, str]) -> None:
+    done = run(
+        "--endpoint-url", dynamodb_endpoint, "--table", "no-such-table", "connections", "list", env=local_env
+    )
+    line = one_error_line(done, 1)
+    assert "table 'no-such-table' does not exist" in line and "leaseworker table create" in line
+
+
+@pytest.mark.parametrize("verb", ["show", "stop", "start", "remove"])
+def test_unknown_connection(table: list[str], local_env: dict[str, str], verb: str) -> None:
+    line = one_error_line(run(*table, "connections", verb, "nope", env=local_env), 1)
+    assert "no connection 'nope'" in line
+
+
+@pytest.mark.parametrize("verb", ["show", "stop", "remove"])
+def test_invalid_connection_id(table: list[str], local_env: dict[str, str], verb: str) -> None:
+    line = one_error_line(run(*table, "connections", verb, "has space", env=local_env), 2)
+    assert "invalid connection id 'has space'" in line
+
+
+def test_bad_url_and_duplicate(table: list[str], local_env: dict[str, str]) -> None:
+    line = one_error_line(run(*table, "connections", "add", "c1", "--url", "http://x", env=local_env), 2)
+    assert "invalid url 'http://x'" in line
+    assert (
+        run(*table, "connections", "add", "c1", "--url", "ws://127.0.0.1:9/f", env=local_env).returncode == 0
+    )
+    line = one_error_line(
+        run(*table, "connections", "add", "c1", "--url", "ws://127.0.0.1:9/f", env=local_env), 2
+    )
+    assert "already exists" in line
+
+
+def test_list_and_show(table: list[str], local_env: dict[str, str]) -> None:
+    empty = run(*table, "connections", "list", env=local_env)
+    assert empty.returncode == 0 and "no connections in" in empty.stdout
+    for cid in ("feed-a", "feed-b"):
+        added = run(
+            *table, "connections", "add", cid, "--url", f"wss://feeds.example.com/{cid}", env=local_env
+        )
+        assert added.returncode == 0 and f"added {cid}" in added.stdout
+    assert run(*table, "connections", "stop", "feed-b", env=local_env).returncode == 0
+
+    listed = run(*table, "connections", "list", env={**local_env, "COLUMNS": "160"})
+    assert listed.returncode == 0, listed.stderr
+    assert "2 connections in" in listed.stdout
+    for header in ("connection", "state", "owner", "epoch", "lease", "updated", "last_seq", "last_error"):
+        assert header in listed.stdout
+    assert "STOPPED" in listed.stdout and "STARTED" in listed.stdout and "free" in listed.stdout
+
+    items = json.loads(run(*table, "connections", "list", "--json", env=local_env).stdout)
+    assert [item["connection_id"] for item in items] == ["feed-a", "feed-b"]
+    for key in ("desired_state", "ws_url", "last_seq", "lease_epoch", "lease_expires_at_ms"):
+        assert key in items[0], key
+    assert items[0]["last_seq"] == -1 and items[1]["desired_state"] == "STOPPED"
+
+    shown = run(*table, "connections", "show", "feed-a", env=local_env)
+    assert shown.returncode == 0
+    assert "ws_url" in shown.stdout and "wss://feeds.example.com/feed-a" in shown.stdout
+    assert "lease" in shown.stdout and "free" in shown.stdout
+    item = json.loads(run(*table, "connections", "show", "feed-a", "--json", env=local_env).stdout)
+    assert item["connection_id"] == "feed-a" and item["lease_epoch"] == 0
