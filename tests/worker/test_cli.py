@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -39,17 +40,22 @@ def one_error_line(done: subprocess.CompletedProcess[str], code: int) -> str:
     return lines[0]
 
 
-@pytest.fixture
-def bare_env(tmp_path: Path) -> dict[str, str]:
+def run_all(commands: list[list[str]], env: dict[str, str]) -> list[subprocess.CompletedProcess[str]]:
+    """Several invocations at once (each one mostly waits on imports)."""
+    with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+        return list(pool.map(lambda args: run(*args, env=env), commands))
+
+
+@pytest.fixture(scope="module")
+def bare_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """No AWS_* variables and an empty HOME: no config file, no credentials, no region."""
-    home = tmp_path / "home"
-    home.mkdir()
+    home = tmp_path_factory.mktemp("home")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TABLE_NAME", "NOTIFY_"))}
     env.update({"HOME": str(home), "AWS_EC2_METADATA_DISABLED": "true"})
     return env
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def local_env(bare_env: dict[str, str]) -> dict[str, str]:
     return {
         **bare_env,
@@ -59,15 +65,20 @@ def local_env(bare_env: dict[str, str]) -> dict[str, str]:
     }
 
 
-@pytest.fixture
-def table(dynamodb_endpoint: str, local_env: dict[str, str]) -> list[str]:
-    """Global options selecting a fresh table on DynamoDB Local."""
+def new_table(endpoint: str, env: dict[str, str]) -> list[str]:
+    """Global options selecting a fresh table on DynamoDB Local, created with the CLI."""
     name = f"cli-{uuid.uuid4().hex[:8]}"
-    target = ["--endpoint-url", dynamodb_endpoint, "--table", name]
-    done = run(*target, "table", "create", env=local_env)
+    target = ["--endpoint-url", endpoint, "--table", name]
+    done = run(*target, "table", "create", env=env)
     assert done.returncode == 0, done.stderr
     assert f"table {name} created" in done.stdout
     return target
+
+
+@pytest.fixture(scope="module")
+def table(dynamodb_endpoint: str, local_env: dict[str, str]) -> list[str]:
+    """A table shared by the failure tests (they never change it)."""
+    return new_table(dynamodb_endpoint, local_env)
 
 
 def test_help_reads_well() -> None:
@@ -115,31 +126,38 @@ def test_no_table(dynamodb_endpoint: str, local_env: dict[str, str]) -> None:
     assert "table 'no-such-table' does not exist" in line and "leaseworker table create" in line
 
 
-@pytest.mark.parametrize("verb", ["show", "stop", "start", "remove"])
-def test_unknown_connection(table: list[str], local_env: dict[str, str], verb: str) -> None:
-    line = one_error_line(run(*table, "connections", verb, "nope", env=local_env), 1)
-    assert "no connection 'nope'" in line
+def test_unknown_connection(table: list[str], local_env: dict[str, str]) -> None:
+    verbs = ["show", "stop", "start", "remove"]
+    for verb, done in zip(
+        verbs, run_all([[*table, "connections", v, "nope"] for v in verbs], local_env), strict=True
+    ):
+        line = one_error_line(done, 1)
+        assert "no connection 'nope'" in line, verb
 
 
-@pytest.mark.parametrize("verb", ["show", "stop", "remove"])
-def test_invalid_connection_id(table: list[str], local_env: dict[str, str], verb: str) -> None:
-    line = one_error_line(run(*table, "connections", verb, "has space", env=local_env), 2)
-    assert "invalid connection id 'has space'" in line
+def test_invalid_connection_id(table: list[str], local_env: dict[str, str]) -> None:
+    verbs = ["show", "stop", "remove"]
+    commands = [[*table, "connections", v, "has space"] for v in verbs]
+    for verb, done in zip(verbs, run_all(commands, local_env), strict=True):
+        line = one_error_line(done, 2)
+        assert "invalid connection id 'has space'" in line, verb
 
 
 def test_bad_url_and_duplicate(table: list[str], local_env: dict[str, str]) -> None:
-    line = one_error_line(run(*table, "connections", "add", "c1", "--url", "http://x", env=local_env), 2)
+    line = one_error_line(run(*table, "connections", "add", "dup-1", "--url", "http://x", env=local_env), 2)
     assert "invalid url 'http://x'" in line
     assert (
-        run(*table, "connections", "add", "c1", "--url", "ws://127.0.0.1:9/f", env=local_env).returncode == 0
+        run(*table, "connections", "add", "dup-1", "--url", "ws://127.0.0.1:9/f", env=local_env).returncode
+        == 0
     )
     line = one_error_line(
-        run(*table, "connections", "add", "c1", "--url", "ws://127.0.0.1:9/f", env=local_env), 2
+        run(*table, "connections", "add", "dup-1", "--url", "ws://127.0.0.1:9/f", env=local_env), 2
     )
     assert "already exists" in line
 
 
-def test_list_and_show(table: list[str], local_env: dict[str, str]) -> None:
+def test_list_and_show(dynamodb_endpoint: str, local_env: dict[str, str]) -> None:
+    table = new_table(dynamodb_endpoint, local_env)
     empty = run(*table, "connections", "list", env=local_env)
     assert empty.returncode == 0 and "no connections in" in empty.stdout
     for cid in ("feed-a", "feed-b"):

@@ -10,16 +10,22 @@ from typing import Any, TypeVar
 
 import aioboto3
 import click
+from aiobotocore.config import AioConfig
 from rich.console import Console
 from rich.table import Table
 
-from leaseworker.aws import CONTROL_CLIENT_CONFIG
 from leaseworker.cli.errors import run_async
 from leaseworker.cli.main import Target, cli, resolve_target, target_options
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.notify import Notifier
 
 T = TypeVar("T")
+
+# An operator waits at the terminal: fail within a few seconds when the endpoint is unreachable,
+# rather than sitting through the SDK's default retries (one retry, 2 s to connect).
+CLI_CLIENT_CONFIG = AioConfig(
+    connect_timeout=2, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"}
+)
 
 
 @cli.group()
@@ -32,12 +38,12 @@ async def _with_admin(
 ) -> T:
     session = aioboto3.Session()
     async with session.client(
-        "dynamodb", endpoint_url=target.endpoint_url, config=CONTROL_CLIENT_CONFIG
+        "dynamodb", endpoint_url=target.endpoint_url, config=CLI_CLIENT_CONFIG
     ) as client:
         result = await action(LeaseTableAdmin(client, target.table))
     queue_url = os.environ.get("NOTIFY_QUEUE_URL")
     if notify and queue_url:
-        async with session.client("sqs", config=CONTROL_CLIENT_CONFIG) as sqs:
+        async with session.client("sqs", config=CLI_CLIENT_CONFIG) as sqs:
             await Notifier(sqs, queue_url).connection_changed(notify)
     return result
 
@@ -106,7 +112,13 @@ def list_(ctx: click.Context, as_json: bool, table: str | None, endpoint_url: st
     if as_json:
         click.echo(json.dumps(items, indent=2))
         return
-    Console().print(render_table(items))
+    target = resolve_target(ctx, table, endpoint_url)
+    if not items:
+        click.echo(
+            f"no connections in {target.table}: add one with `leaseworker connections add ID --url URL`"
+        )
+        return
+    Console().print(render_table(items, title=f"{len(items)} connections in {target.table}"))
 
 
 @target_options
@@ -124,6 +136,7 @@ def show(
         return
     now = int(time.time() * 1000)
     width = max(len(key) for key in item)
+    click.echo(f"{'lease':<{width}}  {lease_status(item, now)}")
     for key in sorted(item):
         value = item[key]
         note = ""
@@ -132,27 +145,34 @@ def show(
         click.echo(f"{key:<{width}}  {value}{note}")
 
 
-def render_table(items: list[dict[str, Any]]) -> Table:
+def render_table(items: list[dict[str, Any]], *, title: str | None = None) -> Table:
+    """Connections as a table: whose lease, how long it has left, how far the checkpoint got."""
     now = int(time.time() * 1000)
-    table = Table(title=f"{len(items)} connections", title_justify="left")
-    for column in ("connection", "state", "owner", "epoch", "lease", "last_seq", "last_error"):
-        table.add_column(column, overflow="fold")
+    table = Table(title=title or f"{len(items)} connections", title_justify="left")
+    for column in ("connection", "state", "owner", "epoch", "lease", "updated", "last_seq", "last_error"):
+        table.add_column(
+            column, overflow="fold", justify="right" if column in ("epoch", "last_seq") else "left"
+        )
     for item in items:
-        expires = int(item.get("lease_expires_at_ms", 0) or 0)
-        owner = item.get("lease_owner")
-        if not owner or expires == 0:
-            lease = "free"
-        elif expires > now:
-            lease = f"{(expires - now) / 1000:.1f}s left"
-        else:
-            lease = f"expired {(now - expires) / 1000:.1f}s"
+        updated = int(item.get("updated_at_ms", 0) or 0)
         table.add_row(
             str(item.get("connection_id")),
             str(item.get("desired_state", "?")),
-            str(owner or "-"),
+            str(item.get("lease_owner") or "-"),
             str(item.get("lease_epoch", 0)),
-            lease,
+            lease_status(item, now),
+            f"{(now - updated) / 1000:.0f} s ago" if updated else "-",
             str(item.get("last_seq", -1)),
             str(item.get("last_error") or ""),
         )
     return table
+
+
+def lease_status(item: dict[str, Any], now_ms: int) -> str:
+    """free | N s left | expired N s ago (an owner that stopped renewing; a takeover is due)."""
+    expires = int(item.get("lease_expires_at_ms", 0) or 0)
+    if not item.get("lease_owner") or expires == 0:
+        return "free"
+    if expires > now_ms:
+        return f"{(expires - now_ms) / 1000:.1f} s left"
+    return f"expired {(now_ms - expires) / 1000:.1f} s ago"

@@ -7,7 +7,13 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import click
-from botocore.exceptions import NoCredentialsError, NoRegionError, PartialCredentialsError
+from botocore.exceptions import (
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    NoRegionError,
+    PartialCredentialsError,
+)
 
 from leaseworker.lease.admin import ConnectionExists, UnknownConnection
 from leaseworker.lease.errors import StoreError, StoreUnavailable, TableMissing
@@ -40,26 +46,50 @@ def run_async(coro: Coroutine[Any, Any, T], *, table: str | None = None, endpoin
     """Run `coro`, translating known failures into CliError."""
     try:
         return asyncio.run(coro)
-    except (SettingsError, InvalidConnectionId, ConnectionExists) as error:
-        raise CliUsageError(str(error)) from None
-    except UnknownConnection as error:
-        raise CliError(str(error)) from None
-    except TableMissing:
-        raise CliError(
-            f"table {table!r} does not exist at {endpoint or 'the default AWS endpoint'}: "
-            "run `leaseworker table create` (or deploy the stack) first"
-        ) from None
-    except (NoCredentialsError, PartialCredentialsError):
-        raise CliError(
-            "no AWS credentials: configure them (aws configure, AWS_PROFILE or AWS_ACCESS_KEY_ID/"
+    except Exception as error:
+        translated = translate(error, table=table, endpoint=endpoint)
+        if translated is None:
+            raise
+        raise translated from None
+
+
+def translate(error: BaseException, *, table: str | None, endpoint: str | None) -> CliError | None:
+    """The one-line CliError for an expected failure; None for anything else (a bug: let it show)."""
+    where = endpoint or "the default AWS endpoint"
+    # The lease store wraps SDK errors in StoreUnavailable; the cause says what really happened.
+    root = _root_cause(error)
+    if isinstance(root, (NoCredentialsError, PartialCredentialsError)):
+        return CliError(
+            "no AWS credentials: configure them (aws configure, AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
             "AWS_SECRET_ACCESS_KEY); DynamoDB Local accepts any values"
-        ) from None
-    except NoRegionError:
-        raise CliError("no AWS region: set AWS_REGION (or --region via your AWS profile)") from None
-    except StoreUnavailable as error:
-        where = endpoint or "the default AWS endpoint"
-        raise CliError(f"DynamoDB unreachable at {where}: {error}") from None
-    except (StoreError, ServiceError) as error:
-        raise CliError(str(error)) from None
-    except ValueError as error:
-        raise CliUsageError(str(error)) from None
+        )
+    if isinstance(root, NoRegionError):
+        return CliError(
+            "no AWS region: set AWS_REGION (or AWS_DEFAULT_REGION, or a region in your AWS profile)"
+        )
+    if isinstance(error, (SettingsError, InvalidConnectionId, ConnectionExists)):
+        return CliUsageError(str(error))
+    if isinstance(error, UnknownConnection):
+        return CliError(f"{error} {table!r}: `leaseworker connections list` shows the ids")
+    if isinstance(error, TableMissing):
+        return CliError(
+            f"table {table!r} does not exist at {where}: run `leaseworker table create` "
+            "(or deploy the stack and pass its TableName output with --table)"
+        )
+    if isinstance(root, (EndpointConnectionError, ConnectTimeoutError)):
+        return CliError(f"cannot reach DynamoDB at {where}: {root}")
+    if isinstance(error, StoreUnavailable):
+        return CliError(f"DynamoDB at {where} failed: {root if root is not error else error}")
+    if isinstance(error, (StoreError, ServiceError)):
+        return CliError(str(error))
+    if isinstance(error, ValueError):
+        return CliUsageError(str(error))
+    return None
+
+
+def _root_cause(error: BaseException) -> BaseException:
+    seen = {id(error)}
+    while error.__cause__ is not None and id(error.__cause__) not in seen:
+        error = error.__cause__
+        seen.add(id(error))
+    return error

@@ -11,12 +11,12 @@ from leaseworker.cli.main import cli
 from leaseworker.local.services import ServiceError
 
 
-@cli.group()
+@cli.group(short_help="The whole system on this machine, no AWS account.")
 def local() -> None:
     """Run the system locally: DynamoDB Local, SQS (moto), a seqfeed/1 feed, workers."""
 
 
-@local.command("up")
+@local.command("up", short_help="Start a local fleet and show it live (or run a scripted failover).")
 @click.option("--workers", default=3, show_default=True, type=click.IntRange(1, 50), help="Worker processes")
 @click.option(
     "--connections",

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import click
 
 from leaseworker import __version__
+from leaseworker.cli.errors import CliUsageError
 from leaseworker.settings import DEFAULT_TABLE
 
 
@@ -46,6 +48,15 @@ def resolve_target(ctx: click.Context, table: str | None, endpoint_url: str | No
         table=table or (parent.table if parent else None) or DEFAULT_TABLE,
         endpoint_url=endpoint_url or (parent.endpoint_url if parent else None),
     )
+    if resolved.endpoint_url:
+        parts = urlsplit(resolved.endpoint_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise CliUsageError(
+                f"invalid --endpoint-url {resolved.endpoint_url!r}: must be an http(s):// URL with a host"
+            )
+    # botocore reads AWS_DEFAULT_REGION, not AWS_REGION (which the worker and DESIGN §7 use).
+    if os.environ.get("AWS_REGION") and not os.environ.get("AWS_DEFAULT_REGION"):
+        os.environ["AWS_DEFAULT_REGION"] = os.environ["AWS_REGION"]
     # The worker's settings read the same variables: keep them consistent for this process.
     # The endpoint is DynamoDB's only; SQS and Kinesis keep botocore's own endpoint resolution.
     os.environ["TABLE_NAME"] = resolved.table
@@ -62,17 +73,19 @@ def cli(ctx: click.Context, table: str | None = None, endpoint_url: str | None =
 
     \b
     Ownership is a lease in a DynamoDB table: a crashed worker's connections are
-    taken over, a stopped worker hands them over at once. Every command works
-    against AWS or against DynamoDB Local (--endpoint-url).
+    taken over once its lease expires; a worker that is shut down hands them
+    over at once. Every command works against AWS (your usual credentials and
+    region) or against DynamoDB Local (--endpoint-url).
 
     \b
-    Quick start on a laptop:
-      leaseworker local up                 the whole fleet, with a live view
-    Against a table:
-      leaseworker table create
-      leaseworker connections add feed-1 --url wss://example.com/feed
-      leaseworker connections list
-      leaseworker run
+    On a laptop, no AWS account:
+      leaseworker local up                        fleet + live view (make demo)
+      leaseworker local up --scenario failover --json
+                                                  kill/pause/terminate, numbers
+    Against a deployed table (--table: the stack's TableName output):
+      leaseworker --table T connections add feed-1 --url wss://example.com/feed
+      leaseworker --table T connections list
+      leaseworker --table T connections show feed-1
     """
     ctx.obj = Target(table or os.environ.get("TABLE_NAME") or DEFAULT_TABLE, endpoint_url)
 
