@@ -212,7 +212,7 @@ class FleetMonitor:
                 self.events.append(Event(now, "note", f"{cid} added"))
             if epoch > old_epoch and owner:
                 if old_owner and old_owner != owner:
-                    text = f"{cid} taken from {old_owner} by {owner} (epoch {epoch})"
+                    text = f"{cid} moved from {old_owner} to {owner} (epoch {epoch})"
                 else:
                     text = f"{cid} acquired by {owner} (epoch {epoch})"
                 if not self._followed(cid):

@@ -434,5 +434,5 @@ class LiveView:
             if fault.epochs:
                 yield (
                     f"{fault.kind} {fault.worker}: {len(fault.times_s)}/{len(fault.epochs)} "
-                    f"{fault.measured_as}, max {fault.max_s:.2f} s"
+                    f"{fault.measured_as}{'' if fault.closed else ' before the end'}, max {fault.max_s:.2f} s"
                 )
