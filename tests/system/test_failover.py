@@ -45,7 +45,12 @@ class CheckpointSampler(threading.Thread):
 
     def run(self) -> None:
         while not self.halt.wait(0.5):
-            items = self.fleet.list_connections()
+            try:
+                items = self.fleet.list_connections()
+            except Exception as error:  # the fleet is going down: stop sampling, say why
+                self.samples.append({})
+                print(f"checkpoint sampler stopped: {error}")
+                return
             self.samples.append({str(i["connection_id"]): int(i["last_seq"]) for i in items})
 
 
@@ -76,6 +81,14 @@ def test_kill_terminate_pause(fleet: Fleet) -> None:
     wait_until(lambda: all_owned(fleet, alive), 30, "all connections owned")
     sampler = CheckpointSampler(fleet)
     sampler.start()
+    try:
+        run_scenarios(fleet, ids, alive, sampler)
+    finally:
+        sampler.halt.set()
+        sampler.join()
+
+
+def run_scenarios(fleet: Fleet, ids: list[str], alive: set[str], sampler: CheckpointSampler) -> None:
     time.sleep(2.0)
     figures: dict[str, float] = {}
 

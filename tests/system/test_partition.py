@@ -19,6 +19,7 @@ from leaseworker.local.proxy import ProxyThread
 from tests.system.test_failover import owners_of, wait_until
 
 N = 10
+EVEN_SPLIT = ["cut"] * (N // 2) + ["peer"] * (N // 2)
 
 
 @pytest.fixture
@@ -34,9 +35,7 @@ def test_partitioned_worker_self_fences_before_takeover(fleet: Fleet) -> None:
         fleet.start_worker("cut", extra_env={"AWS_ENDPOINT_URL_DYNAMODB": proxy.url})
         fleet.start_worker("peer")
         wait_until(
-            lambda: (
-                sorted(str(o) for o, _ in owners_of(fleet).values()) == ["cut"] * (N // 2) + ["peer"] * (N // 2)
-            ),
+            lambda: sorted(str(o) for o, _ in owners_of(fleet).values()) == EVEN_SPLIT,
             30,
             "an even split",
         )

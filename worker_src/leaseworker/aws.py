@@ -19,8 +19,14 @@ LEASE_CLIENT_CONFIG = AioConfig(
     retries={"max_attempts": 2, "mode": "standard"},
     max_pool_connections=64,
 )
-CONTROL_CLIENT_CONFIG = AioConfig(
+# SQS long polls wait up to 20 s for a message: the read timeout must outlast them.
+NOTIFY_CLIENT_CONFIG = AioConfig(
     connect_timeout=2, read_timeout=25, retries={"max_attempts": 3, "mode": "standard"}
+)
+# Operator tools (the CLI, the local fleet): someone is waiting at a terminal, so fail within a
+# few seconds when the endpoint is unreachable rather than sit through the SDK's retries.
+CLI_CLIENT_CONFIG = AioConfig(
+    connect_timeout=2, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"}
 )
 
 
@@ -43,7 +49,7 @@ async def sqs_client(stack: AsyncExitStack, session: aioboto3.Session, settings:
         session.client(
             "sqs",
             region_name=settings.region,
-            config=CONTROL_CLIENT_CONFIG,
+            config=NOTIFY_CLIENT_CONFIG,
         )
     )
     return client

@@ -10,22 +10,16 @@ from typing import Any, TypeVar
 
 import aioboto3
 import click
-from aiobotocore.config import AioConfig
 from rich.console import Console
 from rich.table import Table
 
+from leaseworker.aws import CLI_CLIENT_CONFIG
 from leaseworker.cli.errors import run_async
 from leaseworker.cli.main import Target, cli, resolve_target, target_options
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.notify import Notifier
 
 T = TypeVar("T")
-
-# An operator waits at the terminal: fail within a few seconds when the endpoint is unreachable,
-# rather than sitting through the SDK's default retries (one retry, 2 s to connect).
-CLI_CLIENT_CONFIG = AioConfig(
-    connect_timeout=2, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"}
-)
 
 
 @cli.group()

@@ -11,7 +11,7 @@ from leaseworker.worker.main import run_worker
 
 
 @target_options
-@cli.command("run")
+@cli.command("run", short_help="Run a worker until SIGTERM/SIGINT.")
 @click.option("--sink", default=None, help="stdout | null | file:<dir> | kinesis:<stream> [env SINK]")
 @click.option("--worker-id", default=None, help="Unique id of this process [env WORKER_ID]")
 @click.pass_context

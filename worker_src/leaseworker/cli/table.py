@@ -5,7 +5,7 @@ from __future__ import annotations
 import aioboto3
 import click
 
-from leaseworker.aws import CONTROL_CLIENT_CONFIG
+from leaseworker.aws import CLI_CLIENT_CONFIG
 from leaseworker.cli.errors import run_async
 from leaseworker.cli.main import Target, cli, resolve_target, target_options
 from leaseworker.lease.admin import LeaseTableAdmin
@@ -28,6 +28,6 @@ def create(ctx: click.Context, table: str | None, endpoint_url: str | None) -> N
 
 async def _create(target: Target) -> bool:
     async with aioboto3.Session().client(
-        "dynamodb", endpoint_url=target.endpoint_url, config=CONTROL_CLIENT_CONFIG
+        "dynamodb", endpoint_url=target.endpoint_url, config=CLI_CLIENT_CONFIG
     ) as client:
         return await LeaseTableAdmin(client, target.table).create_table()

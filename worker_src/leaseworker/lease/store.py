@@ -313,8 +313,15 @@ class LeaseStore:
         )
 
     async def fleet_view(self) -> FleetView:
-        """How many workers are live and how many connections are STARTED (two COUNT queries)."""
-        threshold = now_ms() - self._settings.max_clock_skew_ms
+        """How many workers are live and how many connections are STARTED (two COUNT queries).
+
+        A presence item counts as dead MAX_CLOCK_SKEW_MS *before* its expiry, whereas a lease is
+        claimable only MAX_CLOCK_SKEW_MS *after* its own: so by the time a dead worker's leases
+        can be taken over, no survivor still counts it, and its share is already theirs. This
+        only shapes balance, never safety: a live worker re-announces every heartbeat, long
+        before that point.
+        """
+        threshold = now_ms() + self._settings.max_clock_skew_ms
         workers = await self._count(WORKER_STATE, "lease_expires_at_ms > :t", threshold)
         started = await self._count(STARTED, None, None)
         return FleetView(live_workers=workers, started=started)

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import aioboto3
 
-from leaseworker.aws import CONTROL_CLIENT_CONFIG
+from leaseworker.aws import CLI_CLIENT_CONFIG
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.local.fleet import TABLE, Fleet
 
@@ -128,7 +128,7 @@ class TableReader:
                 region_name="us-east-1",
                 aws_access_key_id="local",
                 aws_secret_access_key="local",
-                config=CONTROL_CLIENT_CONFIG,
+                config=CLI_CLIENT_CONFIG,
             )
         )
         return LeaseTableAdmin(client, TABLE, call_timeout=5.0)

@@ -20,7 +20,7 @@ from typing import Any
 
 import aioboto3
 
-from leaseworker.aws import CONTROL_CLIENT_CONFIG
+from leaseworker.aws import CLI_CLIENT_CONFIG
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.local.services import (
     LOCAL_CREDENTIALS,
@@ -221,7 +221,7 @@ class Fleet:
             region_name="us-east-1",
             aws_access_key_id="local",
             aws_secret_access_key="local",
-            config=CONTROL_CLIENT_CONFIG,
+            config=CLI_CLIENT_CONFIG,
         ) as client:
             await LeaseTableAdmin(client, TABLE).create_table()
 
@@ -253,7 +253,7 @@ class Fleet:
             region_name="us-east-1",
             aws_access_key_id="local",
             aws_secret_access_key="local",
-            config=CONTROL_CLIENT_CONFIG,
+            config=CLI_CLIENT_CONFIG,
         ) as client:
             return await action(LeaseTableAdmin(client, TABLE))
 

@@ -33,6 +33,9 @@ from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, 
 logger = get_logger(__name__)
 
 CLAIM_CONCURRENCY = 16
+PASS_ON_LIMIT = 3  # re-sends of one hint by one worker per window
+PASS_ON_WINDOW_SECONDS = 10.0
+PASS_ON_MEMORY = 10_000  # connection ids remembered for that bound
 SHARE_REFRESH_SECONDS = 0.25  # at most this often outside reconcile, when a hint finds us full
 SHUTDOWN_MARGIN_SECONDS = 2.0  # left of SHUTDOWN_GRACE_SECONDS for exit after the budget
 
@@ -68,6 +71,7 @@ class Worker:
         self._group: asyncio.TaskGroup | None = None
         self._target = self._settings.max_connections  # refined by each fleet view
         self._viewed_at = -math.inf
+        self._passed_on: dict[str, list[float]] = {}
 
     @property
     def owned(self) -> list[str]:
@@ -408,12 +412,14 @@ class Worker:
         owned = self._owned.get(connection_id)
         if owned is None:
             if self._stop_acquiring.is_set():
-                # We consumed a hint we can no longer act on: pass it on to a peer.
-                await self._notifier.connection_changed(connection_id)
+                await self._pass_on(connection_id)
                 return
             # Added, started or released elsewhere: try it now rather than at the next reconcile.
             if self._capacity() <= 0 and time.monotonic() - self._viewed_at > SHARE_REFRESH_SECONDS:
                 await self._refresh_share()  # a peer may just have left: our share may have grown
+            if self._capacity() <= 0:
+                await self._pass_on(connection_id)
+                return
             await self._claim(connection_id)
             return
         try:
@@ -425,6 +431,26 @@ class Worker:
             session.lose("connection removed or taken over")
         elif item.desired_state != "STARTED":
             session.request_release("desired_state STOPPED")
+
+    async def _pass_on(self, connection_id: str) -> None:
+        """Re-send a hint we cannot act on, so that a peer with room gets it.
+
+        One shared queue hands each message to one consumer; without this, a hint that lands on
+        a full worker waits for some peer's reconcile. Each worker passes a given connection on
+        at most PASS_ON_LIMIT times per PASS_ON_WINDOW_SECONDS, so a fleet with no room at all
+        stops bouncing it (reconcile remains the backstop).
+        """
+        now = time.monotonic()
+        recent = [t for t in self._passed_on.get(connection_id, []) if now - t < PASS_ON_WINDOW_SECONDS]
+        if len(recent) >= PASS_ON_LIMIT:
+            self._passed_on[connection_id] = recent
+            return
+        self._passed_on[connection_id] = [*recent, now]
+        if len(self._passed_on) > PASS_ON_MEMORY:
+            self._passed_on = {
+                k: v for k, v in self._passed_on.items() if now - v[-1] < PASS_ON_WINDOW_SECONDS
+            }
+        await self._notifier.connection_changed(connection_id)
 
     # ------------------------------------------------------------------ metrics
 
