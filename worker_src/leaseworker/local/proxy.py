@@ -17,6 +17,9 @@ from typing import Literal
 
 Mode = Literal["pass", "blackhole", "reset"]
 _TARGET = re.compile(rb"X-Amz-Target: DynamoDB_\d+\.(\w+)", re.IGNORECASE)
+# Which write an UpdateItem is: its expression's first assignment tells renew, checkpoint,
+# acquire and release apart (e.g. "SET lease_expires_at_ms = :expires" is a renewal).
+_UPDATE = re.compile(rb'"UpdateExpression":\s*"(SET \w+ = :\w+)')
 _CHUNK = 65536
 
 
@@ -80,6 +83,7 @@ class TcpProxy:
         while data := await reader.read(_CHUNK):
             if count:
                 self.counts.update(match.decode() for match in _TARGET.findall(data))
+                self.counts.update(f"UpdateItem[{match.decode()}]" for match in _UPDATE.findall(data))
             if self.latency:
                 await asyncio.sleep(self.latency)
             if self.mode == "blackhole":
