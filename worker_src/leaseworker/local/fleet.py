@@ -131,7 +131,7 @@ class Fleet:
             self.moto = start_moto_server(log_path=self.logs / "moto.log")
             self.queue_url = self._create_queue()
         self._start_feed()
-        asyncio.run(self._create_table())
+        asyncio.run(self._admin(lambda admin: admin.create_table()))
 
     def stop(self) -> None:
         for worker in list(self.workers.values()):
@@ -213,17 +213,6 @@ class Fleet:
             time.sleep(0.05)
         process.stop()
         raise ServiceError("the feed did not start within 15 s")
-
-    async def _create_table(self) -> None:
-        async with aioboto3.Session().client(
-            "dynamodb",
-            endpoint_url=self.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="local",
-            aws_secret_access_key="local",
-            config=CLI_CLIENT_CONFIG,
-        ) as client:
-            await LeaseTableAdmin(client, TABLE).create_table()
 
     # ------------------------------------------------------------------ connections
 
