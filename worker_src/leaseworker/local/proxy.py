@@ -110,9 +110,18 @@ class ProxyThread:
 
     def __exit__(self, *exc: object) -> None:
         with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(self.proxy.stop(), self._loop).result(10)
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        self._loop.close()
+
+    async def _shutdown(self) -> None:
+        await self.proxy.stop()
+        # stop() aborted every socket, so the connection tasks end on their own; cancelling them
+        # instead makes asyncio's stream callback log a CancelledError for each.
+        pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        if pending:
+            await asyncio.wait(pending, timeout=2.0)
 
     @property
     def url(self) -> str:
