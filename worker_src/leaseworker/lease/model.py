@@ -142,7 +142,7 @@ class Lease:
     start_seq: int  # the checkpoint at acquisition: delivery resumes after it
     valid_until: float  # monotonic seconds
     state: LeaseState = LeaseState.HELD
-    lost_reason: str | None = None
+    end_reason: str | None = None  # why it is being released or was lost
 
     def is_valid(self, now: float) -> bool:
         return self.state in (LeaseState.HELD, LeaseState.RELEASING) and now < self.valid_until
@@ -155,7 +155,7 @@ class Lease:
     def lose(self, reason: str) -> None:
         if self.state is not LeaseState.LOST:
             self.state = LeaseState.LOST
-            self.lost_reason = reason
+            self.end_reason = reason
 
 
 def local_deadline(sent_at: float, settings: Settings) -> float:

@@ -67,8 +67,8 @@ class Worker:
         self._claiming: set[str] = set()
         self._stop_acquiring = asyncio.Event()  # shutdown step 1
         self._loops_done = asyncio.Event()  # heartbeat/checkpoint/metrics may end
-        self._wake_reconcile = asyncio.Event()
         self._group: asyncio.TaskGroup | None = None
+        self._loops: list[asyncio.Task[None]] = []
         self._target = self._settings.max_connections  # refined by each fleet view
         self._viewed_at = -math.inf
         self._passed_on: dict[str, list[float]] = {}
@@ -84,19 +84,20 @@ class Worker:
             async with asyncio.TaskGroup() as group:
                 self._group = group
                 await self._announce()  # peers count us before we claim anything
-                group.create_task(self._acquire_loop())
-                group.create_task(self._heartbeat_loop())
-                group.create_task(self._checkpoint_loop())
-                if self._notifications is not None:
-                    group.create_task(self._notification_loop(self._notifications))
-                group.create_task(
+                loops = [
+                    self._acquire_loop(),
+                    self._heartbeat_loop(),
+                    self._checkpoint_loop(),
                     run_metrics_loop(
                         self._metrics,
                         interval=self._settings.metrics_seconds,
                         stop=self._loops_done,
                         sample=self._sample,
-                    )
-                )
+                    ),
+                ]
+                if self._notifications is not None:
+                    loops.append(self._notification_loop(self._notifications))
+                self._loops = [group.create_task(loop) for loop in loops]
                 await stop.wait()
                 await self._shutdown()
             logger.info("worker stopped")
@@ -109,21 +110,29 @@ class Worker:
         budget = max(1.0, self._settings.shutdown_grace_seconds - SHUTDOWN_MARGIN_SECONDS)
         logger.info("shutting down", extra={"connections": len(self._owned), "budget_s": budget})
         self._stop_acquiring.set()
-        # Leave the fleet first, so that peers' fair share grows before our hints reach them.
-        await self._withdraw()
-        tasks = [owned.task for owned in self._owned.values() if owned.task is not None]
-        for owned in list(self._owned.values()):
-            owned.session.request_release("worker shutting down")
         try:
             async with asyncio.timeout(budget):
+                # Leave the fleet first, so that peers' fair share grows before our hints reach them.
+                await self._withdraw()
+                for owned in list(self._owned.values()):
+                    owned.session.request_release("worker shutting down")
                 # Each session closes with 1001, hands its last batch to the sink, then its
                 # wrapper releases the lease with the final checkpoint and notifies peers.
-                await asyncio.gather(*tasks, return_exceptions=True)
+                # A claim that was in flight is released (with a hint) as soon as it lands.
+                while self._owned or self._claiming:
+                    tasks = [owned.task for owned in self._owned.values() if owned.task is not None]
+                    for owned in self._owned.values():
+                        owned.session.request_release("worker shutting down")
+                    await asyncio.wait(tasks or [asyncio.ensure_future(asyncio.sleep(0.05))])
         except TimeoutError:
             logger.error("shutdown budget exhausted; abandoning leases to expiry", extra={"budget_s": budget})
-            for task in tasks:
-                task.cancel()
+            for owned in list(self._owned.values()):
+                if owned.task is not None:
+                    owned.task.cancel()
         self._loops_done.set()
+        # Nothing is held any more: the loops have nothing left to do, so they need not finish.
+        for loop in self._loops:
+            loop.cancel()
         self._metrics.set_gauge(MetricName.ActiveConnections, len(self._owned))
         self._metrics.flush()
         logger.info("shutdown complete", extra={"seconds": round(time.monotonic() - started, 3)})
@@ -137,8 +146,7 @@ class Worker:
                 _survive("reconcile"),
             ):
                 await self._reconcile()
-            self._wake_reconcile.clear()
-            await _wait_any(self._settings.reconcile_seconds, self._stop_acquiring, self._wake_reconcile)
+            await _wait_any(self._settings.reconcile_seconds, self._stop_acquiring)
 
     async def _refresh_share(self) -> None:
         """Recompute this worker's fair share; on a store error keep the previous one."""

@@ -99,14 +99,12 @@ class ConnectionSession:
         self.lease = lease
         self.delivered_seq = lease.start_seq
         self.checkpointed_seq = lease.start_seq
-        self.subscribed_at: float | None = None  # monotonic, first successful subscribe
         self._deps = deps
         self._settings = deps.settings
         self._failures = FailureRecorder(record_failure)
         self._ws: ClientConnection | None = None
         self._stop_requested = asyncio.Event()
         self._fence_timer: asyncio.TimerHandle | None = None
-        self._subscribed = asyncio.Event()
 
     # ------------------------------------------------------------------ control, from the worker
 
@@ -114,7 +112,7 @@ class ConnectionSession:
         """Graceful: close the socket with 1001, deliver what was received, then release."""
         if self.lease.state is LeaseState.HELD:
             self.lease.state = LeaseState.RELEASING
-            self.lease.lost_reason = reason
+            self.lease.end_reason = reason
         self._stop_requested.set()
 
     def lose(self, reason: str) -> None:
@@ -122,9 +120,6 @@ class ConnectionSession:
         self.lease.lose(reason)
         self._abort()
         self._stop_requested.set()
-
-    async def wait_subscribed(self) -> None:
-        await self._subscribed.wait()
 
     # ------------------------------------------------------------------ the task
 
@@ -199,9 +194,6 @@ class ConnectionSession:
             worker_id=lease.owner,
         ):
             await ws.send(opening)
-        if self.subscribed_at is None:
-            self.subscribed_at = time.monotonic()
-            self._subscribed.set()
         logger.info("subscribed", extra={"after_seq": self.delivered_seq, "url": lease.ws_url})
         decoder = self._deps.protocol.decoder(self.delivered_seq)
         batch: list[SinkRecord] = []
@@ -209,7 +201,7 @@ class ConnectionSession:
         while True:
             try:
                 if batch:
-                    async with asyncio.timeout_at(first_at + BATCH_LINGER_SECONDS):
+                    async with asyncio.timeout(first_at + BATCH_LINGER_SECONDS - time.monotonic()):
                         raw = await ws.recv()
                 else:
                     raw = await ws.recv()
@@ -271,7 +263,7 @@ class ConnectionSession:
             raise _Stop(self._ending())
         try:
             # The write may not outlive the lease: past the deadline another epoch may deliver.
-            async with asyncio.timeout_at(self.lease.valid_until):
+            async with asyncio.timeout(self.lease.valid_until - now):
                 await self._deps.sink.write(batch)
         except (SinkError, TimeoutError) as error:
             self._deps.metrics.count(MetricName.SinkErrors)
@@ -289,12 +281,12 @@ class ConnectionSession:
 
     def _ending(self) -> SessionResult:
         if self.lease.state is LeaseState.RELEASING and time.monotonic() < self.lease.valid_until:
-            return SessionResult(Outcome.RELEASE, self.lease.lost_reason or "released")
+            return SessionResult(Outcome.RELEASE, self.lease.end_reason or "released")
         if self.lease.state is not LeaseState.LOST:
             self.lease.lose("local deadline passed")
             self._deps.metrics.count(MetricName.SelfFenced)
             logger.warning("self-fenced: lease deadline passed without a renewal")
-        return SessionResult(Outcome.LOST, self.lease.lost_reason or "lost")
+        return SessionResult(Outcome.LOST, self.lease.end_reason or "lost")
 
     async def _retry_later(self, reason: str, delay: float) -> None:
         self._deps.metrics.count(MetricName.Reconnects)
