@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from leaseworker.observability.metrics import WorkerMetrics
 from leaseworker.settings import Settings
+from leaseworker.sinks.base import Sink
 from leaseworker.worker.app import Worker
 from leaseworker.worker.main import build_worker
 
@@ -23,10 +24,10 @@ class Running:
 
 
 @asynccontextmanager
-async def running(settings: Settings) -> AsyncIterator[Running]:
+async def running(settings: Settings, *, sink: Sink | None = None) -> AsyncIterator[Running]:
     stop = asyncio.Event()
     async with AsyncExitStack() as stack:
-        worker, metrics = await build_worker(settings, stack, metrics_stream=io.StringIO())
+        worker, metrics = await build_worker(settings, stack, metrics_stream=io.StringIO(), sink=sink)
         task = asyncio.create_task(worker.run(stop))
         try:
             yield Running(worker, metrics, task)

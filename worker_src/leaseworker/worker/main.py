@@ -20,22 +20,29 @@ from leaseworker.observability.metrics import DEFAULT_NAMESPACE, WorkerMetrics
 from leaseworker.observability.tracing import configure_tracing
 from leaseworker.protocol.seqfeed import SeqfeedProtocol
 from leaseworker.settings import Settings, SettingsError
+from leaseworker.sinks.base import Sink
 from leaseworker.sinks.factory import open_sink
 from leaseworker.worker.app import Worker
 from leaseworker.worker.session import SessionDeps
 
 
 async def build_worker(
-    settings: Settings, stack: AsyncExitStack, *, metrics_stream: TextIO | None = None
+    settings: Settings,
+    stack: AsyncExitStack,
+    *,
+    metrics_stream: TextIO | None = None,
+    sink: Sink | None = None,
 ) -> tuple[Worker, WorkerMetrics]:
-    """Open every client once, in `stack`, and assemble the worker from them."""
+    """Open every client once, in `stack`, and assemble the worker from them.
+
+    `sink` replaces the one SINK names (tests inject faulty sinks this way)."""
     if settings.lease_mode != "connection":
         raise SettingsError(
             "LEASE_MODE", settings.lease_mode, "only 'connection' is available in this version"
         )
     session = aioboto3.Session()
     ddb = await dynamodb_client(stack, session, settings)
-    sink = await open_sink(
+    sink = sink or await open_sink(
         settings.sink,
         worker_id=settings.worker_id,
         stack=stack,
