@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import uuid
 from pathlib import Path
 
@@ -36,3 +38,10 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def reap(marker: str) -> None:
+    """SIGKILL whatever still carries the marker: a failed test must not leak a fleet into CI."""
+    for pid in processes_with_marker(marker):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pexpect
 
-from tests.system.procscan import MARKER_VAR, new_marker, processes_with_marker
+from tests.system.procscan import MARKER_VAR, processes_with_marker
 
 LEASEWORKER = Path(sys.executable).with_name("leaseworker")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -53,8 +53,7 @@ class Screen:
             self.text += ANSI.sub("", chunk)
 
 
-def test_live_view_keys_and_ctrl_c(tmp_path: Path) -> None:
-    marker = new_marker()
+def test_live_view_keys_and_ctrl_c(tmp_path: Path, marker: str) -> None:
     env = {**os.environ, MARKER_VAR: marker, "TERM": "xterm-256color"}
     child = pexpect.spawn(
         str(LEASEWORKER),

@@ -13,13 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.system.procscan import MARKER_VAR, alive, new_marker, processes_with_marker
+from tests.system.procscan import MARKER_VAR, alive, processes_with_marker
 
 LEASEWORKER = Path(sys.executable).with_name("leaseworker")
 
 
-def test_failover_scenario_json(tmp_path: Path) -> None:
-    marker = new_marker()
+def test_failover_scenario_json(tmp_path: Path, marker: str) -> None:
     env = {**os.environ, MARKER_VAR: marker}
     done = subprocess.run(
         [
