@@ -186,3 +186,21 @@ def test_list_and_show(dynamodb_endpoint: str, local_env: dict[str, str]) -> Non
     assert "lease" in shown.stdout and "free" in shown.stdout
     item = json.loads(run(*table, "connections", "show", "feed-a", "--json", env=local_env).stdout)
     assert item["connection_id"] == "feed-a" and item["lease_epoch"] == 0
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("LEASE_MODE", "session", "invalid LEASE_MODE='session': only 'connection' is available"),
+        ("LEASE_SECONDS", "abc", "invalid LEASE_SECONDS='abc': must be a number"),
+        ("HEARTBEAT_SECONDS", "10", "invalid LEASE_SECONDS=20.0: must be >= 3 x HEARTBEAT_SECONDS (30)"),
+        ("SINK", "s3:bucket", "invalid SINK='s3:bucket'"),
+        ("SHUTDOWN_GRACE_SECONDS", "300", "invalid SHUTDOWN_GRACE_SECONDS=300.0: must be <= 120"),
+    ],
+)
+def test_run_refuses_bad_settings_in_one_line(
+    local_env: dict[str, str], variable: str, value: str, says: str
+) -> None:
+    """The worker validates its settings before touching the network: one line, exit 2."""
+    done = run("run", env={**local_env, variable: value})
+    assert says in one_error_line(done, 2)
