@@ -189,7 +189,15 @@ def test_boundary_values_are_accepted() -> None:
 @pytest.mark.parametrize("sink", ["kinesis:stream-name", "null", "stdout"])
 def test_worker_accepts_the_environment_the_stack_passes(sink: str) -> None:
     """Contract with the worker: its own settings parser accepts what we deploy."""
-    for config in (parse(), parse(leaseMode="session", leaseSeconds="40", heartbeatSeconds="8")):
+    edges = (
+        parse(),
+        parse(leaseMode="session", leaseSeconds="40", heartbeatSeconds="8"),
+        # The edges synth accepts must be edges the worker accepts too: the rules live twice.
+        parse(leaseSeconds="15", heartbeatSeconds="5", maxClockSkewMs="3749"),
+        parse(stopTimeoutSeconds="2"),
+        parse(stopTimeoutSeconds="120", maxConnectionsPerTask="1", scaleTargetConnections="1"),
+    )
+    for config in edges:
         env = {**config.worker_environment(), "TABLE_NAME": "t", "SINK": sink, "WORKER_ID": "w-1"}
         settings = load_settings(env)
         assert settings.lease_seconds == config.lease_seconds
