@@ -12,7 +12,7 @@ import secrets
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 LeaseMode = Literal["connection", "session"]
 
@@ -156,29 +156,29 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise SettingsError(name, raw, "must be true or false")
 
 
-def load_settings(env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
-    """Read the environment once. `overrides` (from CLI flags) win over the environment."""
+def load_settings(
+    env: Mapping[str, str] | None = None, *, sink: str | None = None, worker_id: str | None = None
+) -> Settings:
+    """Read the environment once. `sink` and `worker_id` (CLI flags) win over the environment."""
     source: Mapping[str, str] = os.environ if env is None else env
-    mode = source.get("LEASE_MODE", "connection").strip() or "connection"
-    values: dict[str, object] = {
-        "table_name": source.get("TABLE_NAME", DEFAULT_TABLE),
-        "lease_mode": mode,
-        "lease_seconds": _number(source, "LEASE_SECONDS", 20.0, float),
-        "heartbeat_seconds": _number(source, "HEARTBEAT_SECONDS", 5.0, float),
-        "reconcile_seconds": _number(source, "RECONCILE_SECONDS", 5.0, float),
-        "checkpoint_seconds": _number(source, "CHECKPOINT_SECONDS", 5.0, float),
-        "max_clock_skew_ms": int(_number(source, "MAX_CLOCK_SKEW_MS", 1000, int)),
-        "max_connections": int(_number(source, "MAX_CONNECTIONS", 1000, int)),
-        "metrics_seconds": _number(source, "METRICS_SECONDS", 30.0, float),
-        "shutdown_grace_seconds": _number(source, "SHUTDOWN_GRACE_SECONDS", 60.0, float),
-        "sink": source.get("SINK", "stdout").strip() or "stdout",
-        "notify_queue_url": source.get("NOTIFY_QUEUE_URL") or None,
-        "worker_id": source.get("WORKER_ID") or default_worker_id(source),
-        "allow_insecure_ws": _bool(source, "ALLOW_INSECURE_WS", False),
-        "otel_endpoint": source.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
+    return Settings(
+        table_name=source.get("TABLE_NAME", DEFAULT_TABLE),
+        # An unknown mode is refused by validate(), with the rule, like every other value.
+        lease_mode=cast(LeaseMode, source.get("LEASE_MODE", "connection").strip() or "connection"),
+        lease_seconds=_number(source, "LEASE_SECONDS", 20.0, float),
+        heartbeat_seconds=_number(source, "HEARTBEAT_SECONDS", 5.0, float),
+        reconcile_seconds=_number(source, "RECONCILE_SECONDS", 5.0, float),
+        checkpoint_seconds=_number(source, "CHECKPOINT_SECONDS", 5.0, float),
+        max_clock_skew_ms=int(_number(source, "MAX_CLOCK_SKEW_MS", 1000, int)),
+        max_connections=int(_number(source, "MAX_CONNECTIONS", 1000, int)),
+        metrics_seconds=_number(source, "METRICS_SECONDS", 30.0, float),
+        shutdown_grace_seconds=_number(source, "SHUTDOWN_GRACE_SECONDS", 60.0, float),
+        sink=sink or source.get("SINK", "stdout").strip() or "stdout",
+        notify_queue_url=source.get("NOTIFY_QUEUE_URL") or None,
+        worker_id=worker_id or source.get("WORKER_ID") or default_worker_id(source),
+        allow_insecure_ws=_bool(source, "ALLOW_INSECURE_WS", False),
+        otel_endpoint=source.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
         # DynamoDB's endpoint; other services keep botocore's own resolution of AWS_ENDPOINT_URL(_<SERVICE>).
-        "endpoint_url": source.get("AWS_ENDPOINT_URL_DYNAMODB") or source.get("AWS_ENDPOINT_URL") or None,
-        "region": source.get("AWS_REGION") or source.get("AWS_DEFAULT_REGION") or None,
-    }
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return Settings(**values)  # type: ignore[arg-type]  # values are validated in __post_init__
+        endpoint_url=source.get("AWS_ENDPOINT_URL_DYNAMODB") or source.get("AWS_ENDPOINT_URL") or None,
+        region=source.get("AWS_REGION") or source.get("AWS_DEFAULT_REGION") or None,
+    )
