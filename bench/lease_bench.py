@@ -22,13 +22,12 @@ import signal
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from leaseworker.local.fleet import Fleet, Timings
-from leaseworker.local.invariants import check_all, read_events, resubscribed_after
+from leaseworker.local.fleet import Fleet, Timings, poll_until
+from leaseworker.local.invariants import check_all
 from leaseworker.local.proxy import ProxyThread
 
 WORKERS = 3
@@ -71,38 +70,21 @@ SEED = Design("seed", lease=20, heartbeat=5, reconcile=60, checkpoint=5, skew_ms
 OURS = Design("ours", lease=20, heartbeat=5, reconcile=5, checkpoint=5, skew_ms=1000, sqs=True)
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def owners(fleet: Fleet) -> dict[str, tuple[str | None, int]]:
-    return {
-        str(i["connection_id"]): (i.get("lease_owner"), int(i.get("lease_epoch", 0)))
-        for i in fleet.list_connections()
-    }
-
-
 def fault(fleet: Fleet, victim: str, signum: int, timeout: float) -> float:
     """Signal `victim`; return the worst time (s, scaled) until its connections are subscribed again."""
-    before = owners(fleet)
+    before = fleet.leases()
     ids = {cid for cid, (owner, _) in before.items() if owner == victim}
     if not ids:
         return float("nan")
     sent_ms = int(fleet.signal(victim, signum) * 1000)
-    epochs = {cid: before[cid][1] for cid in ids}
     found: dict[str, float] = {}
 
     def done() -> bool:
         nonlocal found
-        found = resubscribed_after(read_events(fleet.feed_log), ids, sent_ms, min_epoch=epochs)
+        found = fleet.resubscribed(ids, sent_ms, before)
         return len(found) == len(ids)
 
-    if not wait_until(done, timeout):
+    if not poll_until(done, timeout):
         return float("inf")
     return max(found.values())
 
@@ -117,8 +99,8 @@ def run(design: Design, scale: float) -> dict[str, Any]:
                 for n in range(WORKERS):
                     fleet.start_worker(f"w{n}", extra_env={"AWS_ENDPOINT_URL_DYNAMODB": proxy.url})
                 live = {f"w{n}" for n in range(WORKERS)}
-                wait_until(
-                    lambda: all(o in live for o, _ in owners(fleet).values()),
+                poll_until(
+                    lambda: all(o in live for o, _ in fleet.leases().values()),
                     60 + 2 * timings.reconcile_seconds,
                 )
                 time.sleep(2 * timings.lease_seconds)  # let rebalancing settle

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from leaseworker.local.fleet import FAST, Fleet
-from leaseworker.local.invariants import check_all, read_events, resubscribed_after
+from leaseworker.local.fleet import FAST, Fleet, poll_until
+from leaseworker.local.invariants import check_all
 
 N_CONNECTIONS = 30
 CONNECT_ALLOWANCE_S = 1.5  # connect + subscribe + scheduling on a loaded 2-core machine
@@ -26,12 +26,8 @@ L2_BOUND_S = 1.5  # "about one second"
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    if not poll_until(predicate, timeout):
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 class CheckpointSampler(threading.Thread):
@@ -54,15 +50,8 @@ class CheckpointSampler(threading.Thread):
             self.samples.append({str(i["connection_id"]): int(i["last_seq"]) for i in items})
 
 
-def owners_of(fleet: Fleet) -> dict[str, tuple[str | None, int]]:
-    return {
-        str(i["connection_id"]): (i.get("lease_owner"), int(i.get("lease_epoch", 0)))
-        for i in fleet.list_connections()
-    }
-
-
 def all_owned(fleet: Fleet, alive: set[str]) -> bool:
-    owners = owners_of(fleet)
+    owners = fleet.leases()
     return len(owners) == N_CONNECTIONS and all(owner in alive for owner, _ in owners.values())
 
 
@@ -93,7 +82,7 @@ def run_scenarios(fleet: Fleet, ids: list[str], alive: set[str], sampler: Checkp
     figures: dict[str, float] = {}
 
     # --- SIGKILL: takeover after lease expiry (L1) -----------------------------------------
-    before = owners_of(fleet)
+    before = fleet.leases()
     victims = {cid for cid, (owner, _) in before.items() if owner == "w1"}
     assert victims, "w1 owned nothing"
     killed_ms = int(fleet.signal("w1", signal.SIGKILL) * 1000)
@@ -107,7 +96,7 @@ def run_scenarios(fleet: Fleet, ids: list[str], alive: set[str], sampler: Checkp
     time.sleep(2.0)
 
     # --- SIGTERM: handoff within about a second (L2), exit 0 --------------------------------
-    before = owners_of(fleet)
+    before = fleet.leases()
     handed = {cid for cid, (owner, _) in before.items() if owner == "w2"}
     assert handed, "w2 owned nothing"
     handoff_epochs = {cid: before[cid][1] for cid in handed}
@@ -122,7 +111,7 @@ def run_scenarios(fleet: Fleet, ids: list[str], alive: set[str], sampler: Checkp
     time.sleep(2.0)
 
     # --- SIGSTOP longer than the lease, then SIGCONT: nothing stale after waking ------------
-    before = owners_of(fleet)
+    before = fleet.leases()
     paused = {cid for cid, (owner, _) in before.items() if owner == "w3"}
     assert paused, "w3 owned nothing"
     held_before = {(cid, epoch) for cid, (owner, epoch) in before.items() if owner == "w3"}
@@ -158,12 +147,11 @@ def run_scenarios(fleet: Fleet, ids: list[str], alive: set[str], sampler: Checkp
 def wait_for_subscribes(
     fleet: Fleet, ids: set[str], after_ms: int, before: dict[str, tuple[str | None, int]]
 ) -> dict[str, float]:
-    min_epoch = {cid: before[cid][1] for cid in ids}
     found: dict[str, float] = {}
 
     def done() -> bool:
         nonlocal found
-        found = resubscribed_after(read_events(fleet.feed_log), ids, after_ms, min_epoch=min_epoch)
+        found = fleet.resubscribed(ids, after_ms, before)
         return len(found) == len(ids)
 
     wait_until(done, 20, f"new subscriptions for {sorted(ids - set(found))}")

@@ -16,7 +16,7 @@ import pytest
 from leaseworker.local.fleet import FAST, Fleet
 from leaseworker.local.invariants import check_all, read_sink
 from leaseworker.local.proxy import ProxyThread
-from tests.system.test_failover import owners_of, wait_until
+from tests.system.test_failover import wait_until
 
 N = 10
 EVEN_SPLIT = ["cut"] * (N // 2) + ["peer"] * (N // 2)
@@ -35,19 +35,17 @@ def test_partitioned_worker_self_fences_before_takeover(fleet: Fleet) -> None:
         fleet.start_worker("cut", extra_env={"AWS_ENDPOINT_URL_DYNAMODB": proxy.url})
         fleet.start_worker("peer")
         wait_until(
-            lambda: sorted(str(o) for o, _ in owners_of(fleet).values()) == EVEN_SPLIT,
+            lambda: sorted(str(o) for o, _ in fleet.leases().values()) == EVEN_SPLIT,
             30,
             "an even split",
         )
         time.sleep(2.0)
-        before = owners_of(fleet)
+        before = fleet.leases()
         held = {cid: epoch for cid, (owner, epoch) in before.items() if owner == "cut"}
 
         proxy.set_mode("blackhole")
         cut_at_ms = int(time.time() * 1000)
-        wait_until(
-            lambda: all(owners_of(fleet)[cid][0] == "peer" for cid in held), 20, "the peer to take over"
-        )
+        wait_until(lambda: all(fleet.leases()[cid][0] == "peer" for cid in held), 20, "the peer to take over")
         time.sleep(2.0)
         assert fleet.workers["cut"].process.alive(), "a partition is not a crash: the worker stays up"
 
@@ -67,7 +65,7 @@ def test_partitioned_worker_self_fences_before_takeover(fleet: Fleet) -> None:
 
         proxy.set_mode("pass")  # healed: it rejoins and gets a share again
         wait_until(
-            lambda: "cut" in {o for o, _ in owners_of(fleet).values()}, 30, "the healed worker to own again"
+            lambda: "cut" in {o for o, _ in fleet.leases().values()}, 30, "the healed worker to own again"
         )
     report, _ = check_all(fleet.sink_dir)
     assert report.ok, report.violations

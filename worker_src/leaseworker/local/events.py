@@ -25,11 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import aioboto3
-
-from leaseworker.aws import CLI_CLIENT_CONFIG
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.local.fleet import TABLE, Fleet
+from leaseworker.local.services import local_dynamodb
 
 FaultKind = Literal["kill", "pause", "terminate"]
 RATE_WINDOW_S = 3.0
@@ -121,16 +119,7 @@ class TableReader:
         self._admin: LeaseTableAdmin | None = None
 
     async def _open(self) -> LeaseTableAdmin:
-        client = await self._stack.enter_async_context(
-            aioboto3.Session().client(
-                "dynamodb",
-                endpoint_url=self._endpoint,
-                region_name="us-east-1",
-                aws_access_key_id="local",
-                aws_secret_access_key="local",
-                config=CLI_CLIENT_CONFIG,
-            )
-        )
+        client = await self._stack.enter_async_context(local_dynamodb(self._endpoint))
         return LeaseTableAdmin(client, TABLE, call_timeout=5.0)
 
     def scan(self) -> list[dict[str, Any]]:

@@ -14,18 +14,20 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aioboto3
 
-from leaseworker.aws import CLI_CLIENT_CONFIG
 from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.local.invariants import read_events, resubscribed_after
 from leaseworker.local.services import (
     LOCAL_CREDENTIALS,
     ManagedProcess,
     ServiceError,
+    local_dynamodb,
     spawn,
     start_dynamodb_local,
     start_moto_server,
@@ -236,14 +238,7 @@ class Fleet:
         asyncio.run(self._admin(lambda admin: admin.stop(connection_id)))
 
     async def _admin(self, action: Any) -> Any:
-        async with aioboto3.Session().client(
-            "dynamodb",
-            endpoint_url=self.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="local",
-            aws_secret_access_key="local",
-            config=CLI_CLIENT_CONFIG,
-        ) as client:
+        async with local_dynamodb(self.endpoint) as client:
             return await action(LeaseTableAdmin(client, TABLE))
 
     # ------------------------------------------------------------------ workers
@@ -274,8 +269,30 @@ class Fleet:
         except subprocess.TimeoutExpired:
             return None
 
-    def owners(self) -> dict[str, str | None]:
-        return {str(item["connection_id"]): item.get("lease_owner") for item in self.list_connections()}
+    def leases(self) -> dict[str, tuple[str | None, int]]:
+        """Each connection's current owner (None when free) and epoch."""
+        return {
+            str(item["connection_id"]): (item.get("lease_owner"), int(item.get("lease_epoch", 0)))
+            for item in self.list_connections()
+        }
+
+    def resubscribed(
+        self, ids: set[str], after_ms: int, before: dict[str, tuple[str | None, int]]
+    ) -> dict[str, float]:
+        """Seconds from `after_ms` until the feed saw each of `ids` subscribed at a higher epoch
+        than in `before` (a `leases()` reading); connections not yet resubscribed are absent."""
+        epochs = {cid: before[cid][1] for cid in ids}
+        return resubscribed_after(read_events(self.feed_log), ids, after_ms, min_epoch=epochs)
+
+
+def poll_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
+    """Poll `predicate` until it holds (True) or `timeout` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
 
 
 async def _add_all(admin: LeaseTableAdmin, pairs: list[tuple[str, str]]) -> None:

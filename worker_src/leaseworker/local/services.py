@@ -22,12 +22,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+import aioboto3
+from aiobotocore.session import ClientCreatorContext
+from types_aiobotocore_dynamodb import DynamoDBClient
+
+from leaseworker.aws import CLI_CLIENT_CONFIG
+
 LOCAL_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "local",
     "AWS_SECRET_ACCESS_KEY": "local",
     "AWS_REGION": "us-east-1",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
+
+
+def local_dynamodb(endpoint: str) -> ClientCreatorContext[DynamoDBClient]:
+    """A DynamoDB client for DynamoDB Local (any credentials do), failing fast like the CLI."""
+    return aioboto3.Session().client(
+        "dynamodb",
+        endpoint_url=endpoint,
+        region_name=LOCAL_CREDENTIALS["AWS_REGION"],
+        aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        config=CLI_CLIENT_CONFIG,
+    )
 
 
 class ServiceError(RuntimeError):
