@@ -7,16 +7,23 @@ worker drops the connection.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 from urllib.parse import urlsplit
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 from types_aiobotocore_dynamodb import DynamoDBClient
 
-from leaseworker.lease.errors import StoreUnavailable, TableMissing
+from leaseworker.lease.errors import TableMissing
 from leaseworker.lease.model import NO_CHECKPOINT, STARTED, STOPPED, ConnectionItem, check_connection_id
-from leaseworker.lease.store import COND_EXISTS, COND_NEW, GSI_BY_STATE_EXPIRY, _translate, now_ms
+from leaseworker.lease.store import (
+    COND_EXISTS,
+    COND_NEW,
+    CONDITION_FAILED,
+    GSI_BY_STATE_EXPIRY,
+    call_with_deadline,
+    now_ms,
+    translate_client_error,
+)
 
 
 class ConnectionExists(ValueError):
@@ -25,6 +32,9 @@ class ConnectionExists(ValueError):
 
 class _TableExists(Exception):
     pass
+
+
+_ADMIN_PASSTHROUGH = frozenset({CONDITION_FAILED, "ResourceInUseException"})
 
 
 class UnknownConnection(LookupError):
@@ -48,19 +58,13 @@ class LeaseTableAdmin:
 
     async def _run(self, coro: Any, *, on_condition_failed: Exception | None = None) -> Any:
         try:
-            async with asyncio.timeout(self._timeout):
-                return await coro
+            return await call_with_deadline(coro, self._timeout, passthrough=_ADMIN_PASSTHROUGH)
         except ClientError as error:
-            code = error.response.get("Error", {}).get("Code")
-            if code == "ConditionalCheckFailedException" and on_condition_failed is not None:
-                raise on_condition_failed from None
-            if code == "ResourceInUseException":
+            if error.response.get("Error", {}).get("Code") == "ResourceInUseException":
                 raise _TableExists from None
-            raise _translate(error) from error
-        except TimeoutError:
-            raise StoreUnavailable(f"DynamoDB did not answer within {self._timeout:.0f} s") from None
-        except BotoCoreError as error:
-            raise StoreUnavailable(f"DynamoDB unreachable: {error}") from error
+            if on_condition_failed is not None:
+                raise on_condition_failed from None
+            raise translate_client_error(error) from error
 
     async def create_table(self) -> bool:
         """Create the table and its GSI; False if it already exists."""

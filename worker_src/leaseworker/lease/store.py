@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -45,6 +44,7 @@ COND_HELD_AND_STARTED = f"{COND_HELD} AND desired_state = :started"
 COND_EXISTS = "attribute_exists(connection_id)"
 COND_NEW = "attribute_not_exists(connection_id)"
 
+CONDITION_FAILED = "ConditionalCheckFailedException"
 THROTTLE_CODES = frozenset(
     {
         "ProvisionedThroughputExceededException",
@@ -152,8 +152,8 @@ class LeaseStore:
                 )
             )
         except ClientError as error:
-            if _code(error) != "ConditionalCheckFailedException":
-                raise _translate(error) from error
+            if _code(error) != CONDITION_FAILED:
+                raise translate_client_error(error) from error
             return _lost_from(error, "not acquirable")
         old = response.get("Attributes", {})
         epoch = int(old.get("lease_epoch", {}).get("N", "0")) + 1
@@ -195,8 +195,8 @@ class LeaseStore:
                 timeout=timeout,
             )
         except ClientError as error:
-            if _code(error) != "ConditionalCheckFailedException":
-                raise _translate(error) from error
+            if _code(error) != CONDITION_FAILED:
+                raise translate_client_error(error) from error
             old = _old_item(error)
             if old.get("lease_owner", {}).get("S") == lease.owner and old.get("lease_epoch", {}).get(
                 "N"
@@ -371,40 +371,41 @@ class LeaseStore:
                 )
             )
         except ClientError as error:
-            if _code(error) == "ConditionalCheckFailedException":
+            if _code(error) == CONDITION_FAILED:
                 return False
-            raise _translate(error) from error
+            raise translate_client_error(error) from error
         return True
 
     async def _call(self, awaitable: Awaitable[T], *, timeout: float | None = None) -> T:
-        limit = self._call_timeout if timeout is None else timeout
-        try:
-            async with asyncio.timeout(limit):
-                return await awaitable
-        except TimeoutError:
-            raise StoreUnavailable(f"DynamoDB call exceeded its {limit:.2f} s deadline") from None
-        except ClientError as error:
-            if _code(error) == "ConditionalCheckFailedException":
-                raise  # a lost race: the caller turns it into a value
-            raise _translate(error) from error
-        except BotoCoreError as error:
-            raise StoreUnavailable(f"DynamoDB unreachable: {error}") from error
+        return await call_with_deadline(awaitable, self._call_timeout if timeout is None else timeout)
 
 
-@asynccontextmanager
-async def translated_errors() -> AsyncIterator[None]:
-    """For admin calls made outside the store: map ClientError to typed errors."""
+async def call_with_deadline(
+    awaitable: Awaitable[T], limit: float, *, passthrough: frozenset[str] = frozenset({CONDITION_FAILED})
+) -> T:
+    """Await one DynamoDB call under `limit` seconds, turning every failure into a typed error.
+
+    ClientErrors whose code is in `passthrough` (by default a lost condition: a race, which
+    callers turn into a value) are re-raised as they are.
+    """
     try:
-        yield
+        async with asyncio.timeout(limit):
+            return await awaitable
+    except TimeoutError:
+        raise StoreUnavailable(f"DynamoDB call exceeded its {limit:.2f} s deadline") from None
     except ClientError as error:
-        raise _translate(error) from error
+        if _code(error) in passthrough:
+            raise
+        raise translate_client_error(error) from error
+    except BotoCoreError as error:
+        raise StoreUnavailable(f"DynamoDB unreachable: {error}") from error
 
 
 def _code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
 
 
-def _translate(error: ClientError) -> Exception:
+def translate_client_error(error: ClientError) -> Exception:
     code = _code(error)
     message = str(error.response.get("Error", {}).get("Message", code))
     if code in THROTTLE_CODES:
