@@ -15,6 +15,7 @@ from leaseworker.feed.server import FeedServer
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.records import SinkRecord
 from leaseworker.settings import Settings
+from leaseworker.sinks.base import Validity, always_valid
 from leaseworker.worker.main import build_worker
 from tests.worker.harness import eventually
 
@@ -26,7 +27,7 @@ class HangingSink:
     def __init__(self) -> None:
         self.writes = 0
 
-    async def write(self, records: Sequence[SinkRecord]) -> None:
+    async def write(self, records: Sequence[SinkRecord], *, valid: Validity = always_valid) -> None:
         self.writes += 1
         await asyncio.Event().wait()
 

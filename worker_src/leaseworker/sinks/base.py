@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from leaseworker.records import SinkRecord
 
+Validity = Callable[[], bool]
+"""Asked immediately before bytes leave for the sink: False means the lease is gone (§2d)."""
+
+
+def always_valid() -> bool:
+    return True
+
 
 class SinkError(Exception):
-    """The sink did not accept a batch. Nothing in the batch may be checkpointed."""
+    """The sink did not accept the whole batch.
+
+    `accepted` is the length of the batch's leading run that the sink did durably accept (0 when
+    nothing is known to have landed): the caller may advance delivery by exactly that prefix.
+    """
+
+    def __init__(self, message: str, *, accepted: int = 0) -> None:
+        super().__init__(message)
+        self.accepted = accepted
 
 
 class Sink(Protocol):
-    async def write(self, records: Sequence[SinkRecord]) -> None:
+    async def write(self, records: Sequence[SinkRecord], *, valid: Validity = always_valid) -> None:
         """Accept `records` durably, or raise SinkError. Only after it returns may the
-        caller advance the checkpoint past these records."""
+        caller advance the checkpoint past these records. `valid` is checked right before each
+        request or syscall that could make records visible; once it says False, nothing more
+        may be sent and SinkError is raised."""
 
     async def close(self) -> None:
         """Flush anything buffered and release resources."""

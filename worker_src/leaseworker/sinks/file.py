@@ -26,7 +26,7 @@ from pathlib import Path
 
 from leaseworker.records import SinkRecord
 from leaseworker.settings import ID_PATTERN
-from leaseworker.sinks.base import SinkError
+from leaseworker.sinks.base import SinkError, Validity, always_valid
 
 
 def render(records: Sequence[SinkRecord]) -> bytes:
@@ -45,13 +45,15 @@ class FileSink:
             self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
         )
 
-    async def write(self, records: Sequence[SinkRecord]) -> None:
+    async def write(self, records: Sequence[SinkRecord], *, valid: Validity = always_valid) -> None:
         if self._fd is None:
             raise SinkError(f"file sink {self.path} is closed")
         if not records:
             return
         fd = self._fd
         buffer = render(records)
+        if not valid():  # rendering took time: the lease may have lapsed since the caller looked
+            raise SinkError(f"file sink {self.path}: lease no longer valid; batch not written")
         self._append(fd, buffer)
         if self._fsync:
             try:

@@ -37,7 +37,7 @@ from types_aiobotocore_kinesis import KinesisClient
 from types_aiobotocore_kinesis.type_defs import PutRecordsOutputTypeDef, PutRecordsRequestEntryTypeDef
 
 from leaseworker.records import SinkRecord
-from leaseworker.sinks.base import SinkError
+from leaseworker.sinks.base import SinkError, Validity, always_valid
 
 MAX_RECORDS_PER_CALL: Final = 500
 MAX_BYTES_PER_CALL: Final = 5 * 1024 * 1024
@@ -113,7 +113,7 @@ class KinesisSink:
         self.calls = 0  # PutRecords calls made, for tests and metrics
         self.records_resent = 0
 
-    async def write(self, records: Sequence[SinkRecord]) -> None:
+    async def write(self, records: Sequence[SinkRecord], *, valid: Validity = always_valid) -> None:
         if self._closed:
             raise SinkError(f"kinesis sink for {self._stream} is closed")
         entries = [_Entry(record.connection_id, record.to_json().encode("utf-8")) for record in records]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from leaseworker.records import SinkRecord
+from leaseworker.sinks.base import Validity, always_valid
 
 
 class NullSink:
@@ -12,7 +13,7 @@ class NullSink:
         self.records = 0
         self.batches = 0
 
-    async def write(self, records: Sequence[SinkRecord]) -> None:
+    async def write(self, records: Sequence[SinkRecord], *, valid: Validity = always_valid) -> None:
         self.records += len(records)
         self.batches += 1
 

@@ -8,14 +8,14 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from leaseworker.records import SinkRecord
-from leaseworker.sinks.base import SinkError
+from leaseworker.sinks.base import SinkError, Validity, always_valid
 
 
 class StdoutSink:
     def __init__(self, stream: TextIO | None = None) -> None:
         self._stream = stream  # None: whatever sys.stdout is at write time (pytest swaps it)
 
-    async def write(self, records: Sequence[SinkRecord]) -> None:
+    async def write(self, records: Sequence[SinkRecord], *, valid: Validity = always_valid) -> None:
         if not records:
             return
         stream = self._stream if self._stream is not None else sys.stdout

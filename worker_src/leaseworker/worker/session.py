@@ -264,7 +264,7 @@ class ConnectionSession:
         try:
             # The write may not outlive the lease: past the deadline another epoch may deliver.
             async with asyncio.timeout(self.lease.valid_until - now):
-                await self._deps.sink.write(batch)
+                await self._deps.sink.write(batch, valid=self._valid)
         except (SinkError, TimeoutError) as error:
             self._deps.metrics.count(MetricName.SinkErrors)
             logger.error("sink refused a batch; resubscribing", extra={"error": str(error) or "timeout"})
