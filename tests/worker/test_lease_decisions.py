@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from leaseworker.lease.balance import Share, fair_share
+from leaseworker.lease.balance import Share, fair_share, water_level
 from leaseworker.lease.model import (
     ConnectionItem,
     InvalidConnectionId,
@@ -132,20 +134,36 @@ def test_valid_connection_ids(good: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("owned", "claiming", "workers", "started", "cap", "expected"),
+    ("owned", "claiming", "cap", "peers", "to_own", "expected"),
     [
-        (0, 0, 1, 30, 1000, Share(target=30, claim=30, shed=0)),  # alone: take everything
-        (0, 0, 3, 30, 1000, Share(target=10, claim=10, shed=0)),
-        (0, 0, 0, 30, 1000, Share(target=30, claim=30, shed=0)),  # our presence not visible yet
-        (30, 0, 3, 30, 1000, Share(target=10, claim=0, shed=10)),  # hand back half the excess
-        (11, 0, 3, 31, 1000, Share(target=11, claim=0, shed=0)),  # ceil: the odd one fits
-        (5, 3, 3, 30, 1000, Share(target=10, claim=2, shed=0)),  # in-flight claims count
-        (0, 0, 1, 5000, 1000, Share(target=1000, claim=1000, shed=0)),  # MAX_CONNECTIONS caps it
-        (3, 0, 2, 0, 1000, Share(target=0, claim=0, shed=2)),
+        (0, 0, 1000, [], 30, Share(target=30, claim=30, shed=0)),  # alone: take everything
+        (0, 0, 1000, [1000, 1000], 30, Share(target=10, claim=10, shed=0)),
+        (30, 0, 1000, [1000, 1000], 30, Share(target=10, claim=0, shed=10)),  # hand back half the excess
+        (11, 0, 1000, [1000, 1000], 31, Share(target=11, claim=0, shed=0)),  # ceil: the odd one fits
+        (5, 3, 1000, [1000, 1000], 30, Share(target=10, claim=2, shed=0)),  # in-flight claims count
+        (0, 0, 1000, [], 5000, Share(target=1000, claim=1000, shed=0)),  # MAX_CONNECTIONS caps it
+        (3, 0, 1000, [1000], 0, Share(target=0, claim=0, shed=2)),
+        # Capacities differ: the small worker is full and the big one takes the rest, so nothing
+        # stays unowned (2 workers capped at 5 and 100 with 12 connections: 5 and 7).
+        (0, 0, 100, [5], 12, Share(target=7, claim=7, shed=0)),
+        (0, 0, 5, [100], 12, Share(target=5, claim=5, shed=0)),
+        (0, 0, 10, [2, 3, 100], 40, Share(target=10, claim=10, shed=0)),  # level 35 for the big one
+        (0, 0, 3, [3], 10, Share(target=3, claim=3, shed=0)),  # not enough room anywhere: all full
     ],
 )
-def test_fair_share(owned: int, claiming: int, workers: int, started: int, cap: int, expected: Share) -> None:
-    assert (
-        fair_share(owned=owned, claiming=claiming, live_workers=workers, started=started, max_connections=cap)
-        == expected
-    )
+def test_fair_share(
+    owned: int, claiming: int, cap: int, peers: list[int], to_own: int, expected: Share
+) -> None:
+    share = fair_share(owned=owned, claiming=claiming, my_capacity=cap, peer_capacities=peers, to_own=to_own)
+    assert share == expected
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_water_level_leaves_nothing_unowned_while_room_exists(seed: int) -> None:
+    rng = random.Random(seed)
+    caps = [rng.randint(1, 50) for _ in range(rng.randint(1, 8))]
+    to_own = rng.randint(0, 300)
+    level = water_level(caps, to_own)
+    assert sum(min(c, level) for c in caps) >= min(to_own, sum(caps))
+    if 0 < to_own < sum(caps):  # the least such level: one lower would leave some unowned
+        assert sum(min(c, level - 1) for c in caps) < to_own

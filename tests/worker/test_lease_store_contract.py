@@ -221,3 +221,62 @@ async def test_unreachable_store_raises_typed_error_within_deadline(settings: Se
 async def test_missing_table_is_a_typed_error(ddb: DynamoDBClient, settings: Settings) -> None:
     with pytest.raises(TableMissing):
         await LeaseTableAdmin(ddb, "no-such-table").describe()
+
+
+async def test_checkpoint_never_moves_backwards(ddb: DynamoDBClient, table: str, settings: Settings) -> None:
+    await add(ddb, table, "c1")
+    store = LeaseStore(ddb, settings)
+    lease = acquired(await store.acquire("c1", "w")).lease
+    assert await store.checkpoint(lease, 10)
+    # A reordered or retried write below the stored value: still ours, so success, and no regression.
+    assert await store.checkpoint(lease, 4)
+    assert await store.checkpoint(lease, 10)
+    item = await store.get("c1")
+    assert item is not None and item.last_seq == 10
+
+
+async def test_acquire_whose_reply_is_lost_is_adopted(
+    ddb: DynamoDBClient, table: str, settings: Settings, dynamodb_endpoint: str
+) -> None:
+    """The write lands but the reply arrives after the call's deadline: a read-back adopts it."""
+    from urllib.parse import urlsplit
+
+    from leaseworker.lease.errors import AcquireUncertain
+    from leaseworker.local.proxy import TcpProxy
+
+    await add(ddb, table, "c1")
+    target = urlsplit(dynamodb_endpoint)
+    proxy = TcpProxy(target.hostname or "127.0.0.1", target.port or 80)
+    await proxy.start()
+    try:
+        session = aioboto3.Session()
+        async with session.client(
+            "dynamodb", endpoint_url=proxy.url, region_name="us-east-1", config=LEASE_CLIENT_CONFIG
+        ) as slow_client:
+            store = LeaseStore(slow_client, settings, call_timeout=0.6)
+            proxy.latency = 0.4  # request delivered after 0.4 s, reply back after 0.8 s
+            with pytest.raises(AcquireUncertain) as caught:
+                await store.acquire("c1", "w")
+            proxy.latency = 0.0
+            await asyncio.sleep(0.5)  # the delayed reply is discarded by the client
+            adopted = await LeaseStore(ddb, settings).resolve_uncertain(caught.value, "w")
+    finally:
+        await proxy.stop()
+    assert adopted is not None, "the applied acquire must be adopted, not left orphaned"
+    item = await LeaseStore(ddb, settings).get("c1")
+    assert item is not None and item.lease_owner == "w" and item.lease_epoch == adopted.lease.epoch == 1
+    assert adopted.lease.valid_until <= caught.value.sent_at + settings.local_validity_seconds
+
+
+async def test_uncertain_acquire_that_did_not_land_is_not_adopted(
+    ddb: DynamoDBClient, table: str, settings: Settings
+) -> None:
+    from leaseworker.lease.errors import AcquireUncertain
+
+    await add(ddb, table, "c1")
+    store = LeaseStore(ddb, settings)
+    other = acquired(await store.acquire("c1", "other")).lease
+    uncertain = AcquireUncertain("lost", connection_id="c1", sent_at=time.monotonic(), expires_at_ms=1)
+    assert await store.resolve_uncertain(uncertain, "w") is None
+    item = await store.get("c1")
+    assert item is not None and item.lease_owner == "other" and item.lease_epoch == other.epoch

@@ -1,14 +1,22 @@
 """Fair share: how many connections this worker should hold, as a pure function.
 
 Autoscaling adds tasks when the average ActiveConnections is high; that only helps if a new
-task takes load. Each worker therefore aims for ceil(STARTED / live workers) (capped at
-MAX_CONNECTIONS), claims up to it, and hands back what it holds beyond it. Handing back is a
-graceful release (final checkpoint, SQS hint), so rebalancing loses and duplicates nothing.
+task takes load. Each worker therefore aims for its level in a water-filling of the connections
+to own over the live workers' capacities: ceil(connections / workers) when no MAX_CONNECTIONS
+binds, and otherwise the full capacity of the small workers with the rest spread evenly over the
+others. So no STARTED connection stays unowned while some live worker has room (2 workers capped
+at 5 and 100 with 12 connections: targets 5 and 7). A worker claims up to its target and hands
+back what it holds beyond it, gracefully (final checkpoint, SQS hint): rebalancing loses and
+duplicates nothing.
+
+"Connections to own" is the sum of the live sessions' published load plus the free connections,
+never a count over every connection item (DESIGN.md §2.0).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -19,12 +27,32 @@ class Share:
     shed: int  # how many it should hand back now
 
 
-def fair_share(*, owned: int, claiming: int, live_workers: int, started: int, max_connections: int) -> Share:
-    workers = max(1, live_workers)  # we are live even if our presence item is not visible yet
-    target = min(max_connections, math.ceil(started / workers))
+def water_level(capacities: Sequence[int], to_own: int) -> int:
+    """The least level L with sum(min(c, L)) >= to_own (or the largest capacity if none is)."""
+    if to_own <= 0 or not capacities:
+        return 0
+    if sum(capacities) <= to_own:
+        return max(capacities)
+    low, high = math.ceil(to_own / len(capacities)), max(capacities)
+    while low < high:  # sum(min(c, L)) grows with L: bisect for the least level that suffices
+        middle = (low + high) // 2
+        if sum(min(c, middle) for c in capacities) >= to_own:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def fair_share(
+    *, owned: int, claiming: int, my_capacity: int, peer_capacities: Sequence[int], to_own: int
+) -> Share:
+    """`peer_capacities`: the other live workers' MAX_CONNECTIONS. We count ourselves even when
+    our own session item is not visible yet."""
+    level = water_level([my_capacity, *peer_capacities], to_own)
+    target = min(my_capacity, level)
     claim = max(0, target - owned - claiming)
     excess = owned - target
-    # Shed at most half the excess per round: counts seen by peers lag by up to one reconcile
+    # Shed at most half the excess per round: loads seen by peers lag by up to one reconcile
     # period, and halving converges without a herd of simultaneous hand-backs.
     shed = math.ceil(excess / 2) if excess > 0 else 0
     return Share(target=target, claim=claim, shed=shed)

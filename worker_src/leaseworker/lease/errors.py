@@ -21,3 +21,17 @@ class StoreRejected(StoreError):
 
 class TableMissing(StoreError):
     """The lease table does not exist."""
+
+
+class AcquireUncertain(StoreUnavailable):
+    """An acquire timed out or lost its connection: DynamoDB may have applied it or not.
+
+    Carries what identifies our write, so that a later read can tell whether we hold the lease
+    (adopt it) or not, instead of leaving an applied claim orphaned until it expires.
+    """
+
+    def __init__(self, message: str, *, connection_id: str, sent_at: float, expires_at_ms: int) -> None:
+        super().__init__(message)
+        self.connection_id = connection_id
+        self.sent_at = sent_at
+        self.expires_at_ms = expires_at_ms

@@ -148,8 +148,12 @@ class Lease:
         return self.state in (LeaseState.HELD, LeaseState.RELEASING) and now < self.valid_until
 
     def renewed(self, sent_at: float, settings: Settings) -> None:
-        """A renewal sent at monotonic `sent_at` succeeded: extend the local deadline."""
-        if self.state is LeaseState.HELD:
+        """A renewal sent at monotonic `sent_at` succeeded: extend the local deadline.
+
+        A RELEASING lease is extended too: it is still ours until the release lands (its last
+        batch may still be in flight to the sink), and the release carries the final checkpoint.
+        """
+        if self.state in (LeaseState.HELD, LeaseState.RELEASING):
             self.valid_until = max(self.valid_until, local_deadline(sent_at, settings))
 
     def lose(self, reason: str) -> None:

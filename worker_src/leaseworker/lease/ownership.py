@@ -7,17 +7,12 @@ mode (DESIGN.md §2b) slots in as a second implementation of the same interface.
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Sequence
 from typing import Protocol
 
-from leaseworker.lease.errors import StoreError
-from leaseworker.lease.model import ConnectionItem, Lease, renewal_timeout
-from leaseworker.lease.store import AcquireResult, FleetView, LeaseStore, Renewed, RenewResult
+from leaseworker.lease.errors import AcquireUncertain
+from leaseworker.lease.model import ConnectionItem, Lease
+from leaseworker.lease.store import Acquired, AcquireResult, FleetView, LeaseStore, RenewResult
 from leaseworker.settings import Settings
-
-RENEW_CONCURRENCY = 64
 
 
 class Ownership(Protocol):
@@ -25,7 +20,9 @@ class Ownership(Protocol):
 
     async def claim(self, connection_id: str) -> AcquireResult: ...
 
-    async def renew(self, leases: Sequence[Lease]) -> list[tuple[Lease, RenewResult | StoreError]]: ...
+    async def resolve_uncertain(self, uncertain: AcquireUncertain) -> Acquired | None: ...
+
+    async def renew(self, lease: Lease, *, timeout: float) -> RenewResult: ...
 
     async def checkpoint(self, lease: Lease, seq: int) -> bool: ...
 
@@ -58,25 +55,11 @@ class ConnectionLeases:
     async def claim(self, connection_id: str) -> AcquireResult:
         return await self._store.acquire(connection_id, self._me)
 
-    async def renew(self, leases: Sequence[Lease]) -> list[tuple[Lease, RenewResult | StoreError]]:
-        """Renew concurrently; each renewal's deadline is no later than its lease's validity."""
-        gate = asyncio.Semaphore(RENEW_CONCURRENCY)
+    async def resolve_uncertain(self, uncertain: AcquireUncertain) -> Acquired | None:
+        return await self._store.resolve_uncertain(uncertain, self._me)
 
-        async def one(lease: Lease) -> tuple[Lease, RenewResult | StoreError]:
-            async with gate:
-                sent_at = time.monotonic()
-                timeout = renewal_timeout(lease, sent_at)
-                if timeout <= 0:
-                    return lease, StoreError("lease deadline passed before the renewal could be sent")
-                try:
-                    result = await self._store.renew(lease, timeout=timeout)
-                except StoreError as error:
-                    return lease, error
-                if isinstance(result, Renewed):
-                    lease.renewed(sent_at, self._settings)
-                return lease, result
-
-        return list(await asyncio.gather(*(one(lease) for lease in leases)))
+    async def renew(self, lease: Lease, *, timeout: float) -> RenewResult:
+        return await self._store.renew(lease, timeout=timeout)
 
     async def checkpoint(self, lease: Lease, seq: int) -> bool:
         return await self._store.checkpoint(lease, seq)

@@ -19,7 +19,13 @@ from typing import Any, TypeVar, cast
 from botocore.exceptions import BotoCoreError, ClientError
 from types_aiobotocore_dynamodb import DynamoDBClient
 
-from leaseworker.lease.errors import StoreRejected, StoreThrottled, StoreUnavailable, TableMissing
+from leaseworker.lease.errors import (
+    AcquireUncertain,
+    StoreRejected,
+    StoreThrottled,
+    StoreUnavailable,
+    TableMissing,
+)
 from leaseworker.lease.model import (
     NO_CHECKPOINT,
     STARTED,
@@ -33,6 +39,10 @@ from leaseworker.lease.model import (
 from leaseworker.settings import Settings
 
 GSI_BY_STATE_EXPIRY = "by-state-expiry"
+# Workers' own items carry a DynamoDB TTL (`purge_at`, epoch seconds) so that the items of
+# workers that died without withdrawing are garbage-collected days later (never sooner: TTL
+# deletion is eventual, and a peer may still be taking over from a dead worker).
+PURGE_AFTER_SECONDS = 3 * 24 * 3600
 
 # Condition expressions, named once (STYLE.md §11).
 COND_ACQUIRE = (
@@ -41,6 +51,8 @@ COND_ACQUIRE = (
 )
 COND_HELD = "lease_owner = :me AND lease_epoch = :epoch"
 COND_HELD_AND_STARTED = f"{COND_HELD} AND desired_state = :started"
+# S3: a checkpoint never moves backwards, whatever order concurrent writes land in.
+COND_CHECKPOINT = f"{COND_HELD} AND (attribute_not_exists(last_seq) OR last_seq < :seq)"
 COND_EXISTS = "attribute_exists(connection_id)"
 COND_NEW = "attribute_not_exists(connection_id)"
 
@@ -71,9 +83,16 @@ def now_ms() -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class PeerSession:
+    worker_id: str
+    load: int  # connections it owned at its last heartbeat
+    capacity: int  # its MAX_CONNECTIONS
+
+
+@dataclass(frozen=True, slots=True)
 class FleetView:
-    live_workers: int
-    started: int
+    sessions: tuple[PeerSession, ...]  # the live workers, ourselves included once visible
+    free: int  # STARTED connections nobody holds (new, released or expired)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +146,10 @@ class LeaseStore:
     # ------------------------------------------------------------------ lease operations
 
     async def acquire(self, connection_id: str, me: str) -> AcquireResult:
+        """Claim an expired or free lease. Raises AcquireUncertain when the reply was lost."""
         sent_at = time.monotonic()
         now = now_ms()
+        expires = now + self._lease_ms
         try:
             response = await self._call(
                 self._client.update_item(
@@ -141,7 +162,7 @@ class LeaseStore:
                     ConditionExpression=COND_ACQUIRE,
                     ExpressionAttributeValues={
                         ":me": {"S": me},
-                        ":expires": {"N": str(now + self._lease_ms)},
+                        ":expires": {"N": str(expires)},
                         ":now": {"N": str(now)},
                         ":one": {"N": "1"},
                         ":started": {"S": STARTED},
@@ -155,6 +176,12 @@ class LeaseStore:
             if _code(error) != CONDITION_FAILED:
                 raise translate_client_error(error) from error
             return _lost_from(error, "not acquirable")
+        except StoreThrottled:
+            raise  # a throttled write was not applied
+        except StoreUnavailable as error:
+            raise AcquireUncertain(
+                str(error), connection_id=connection_id, sent_at=sent_at, expires_at_ms=expires
+            ) from error
         old = response.get("Attributes", {})
         epoch = int(old.get("lease_epoch", {}).get("N", "0")) + 1
         lease = Lease(
@@ -173,6 +200,29 @@ class LeaseStore:
         lease.ws_url = previous.ws_url
         lease.start_seq = previous.last_seq
         return Acquired(lease, previous)
+
+    async def resolve_uncertain(self, uncertain: AcquireUncertain, me: str) -> Acquired | None:
+        """After an AcquireUncertain: adopt the lease if our very write was applied.
+
+        Our write is recognised by its exact expiry value. Its local deadline counts from when
+        it was sent, as for any acquisition. An item that carries our id but another expiry is
+        a stale lease of ours that nothing here serves: it is released (owner + epoch).
+        """
+        item = await self.get(uncertain.connection_id)
+        if item is None or item.lease_owner != me:
+            return None
+        lease = Lease(
+            connection_id=item.connection_id,
+            epoch=item.lease_epoch,
+            owner=me,
+            ws_url=item.ws_url,
+            start_seq=item.last_seq,
+            valid_until=local_deadline(uncertain.sent_at, self._settings),
+        )
+        if item.lease_expires_at_ms == uncertain.expires_at_ms:
+            return Acquired(lease, None)
+        await self.release(lease, None)
+        return None
 
     async def renew(self, lease: Lease, *, timeout: float) -> RenewResult:
         """Extend one lease; the caller sets `timeout` no later than the lease's local validity."""
@@ -197,21 +247,38 @@ class LeaseStore:
         except ClientError as error:
             if _code(error) != CONDITION_FAILED:
                 raise translate_client_error(error) from error
-            old = _old_item(error)
-            if old.get("lease_owner", {}).get("S") == lease.owner and old.get("lease_epoch", {}).get(
-                "N"
-            ) == str(lease.epoch):
+            if _held_by(_old_item(error), lease):
                 return Stopped()
             return _lost_from(error, "renewal refused")
         return Renewed()
 
     async def checkpoint(self, lease: Lease, seq: int) -> bool:
-        """Record that the sink durably accepted everything up to `seq`. False: we lost the lease."""
-        return await self._conditional(
-            lease,
-            "SET last_seq = :seq, updated_at_ms = :now",
-            {":seq": {"N": str(seq)}, ":now": {"N": str(now_ms())}},
-        )
+        """Record that the sink durably accepted everything up to `seq`. False: we lost the lease.
+
+        A refused condition is told apart with ALL_OLD: still ours but already at or past `seq`
+        (a retried or reordered write) is success; another owner or epoch is a lost lease.
+        """
+        try:
+            await self._call(
+                self._client.update_item(
+                    TableName=self._table,
+                    Key={"connection_id": {"S": lease.connection_id}},
+                    UpdateExpression="SET last_seq = :seq, updated_at_ms = :now",
+                    ConditionExpression=COND_CHECKPOINT,
+                    ExpressionAttributeValues={
+                        ":me": {"S": lease.owner},
+                        ":epoch": {"N": str(lease.epoch)},
+                        ":seq": {"N": str(seq)},
+                        ":now": {"N": str(now_ms())},
+                    },
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+            )
+        except ClientError as error:
+            if _code(error) != CONDITION_FAILED:
+                raise translate_client_error(error) from error
+            return _held_by(_old_item(error), lease)
+        return True
 
     async def release(self, lease: Lease, last_seq: int | None) -> bool:
         """Give the lease up at once (expiry 0), writing the final checkpoint with it."""
@@ -301,6 +368,7 @@ class LeaseStore:
                     "load": {"N": str(load)},
                     "capacity": {"N": str(capacity)},
                     "updated_at_ms": {"N": str(now)},
+                    "purge_at": {"N": str(now // 1000 + PURGE_AFTER_SECONDS)},
                 },
             )
         )
@@ -313,7 +381,11 @@ class LeaseStore:
         )
 
     async def fleet_view(self) -> FleetView:
-        """How many workers are live and how many connections are STARTED (two COUNT queries).
+        """The live workers' load and capacity, and how many connections are free.
+
+        Costs O(workers) small reads (a KEYS_ONLY query of the WORKER partition, then one
+        BatchGetItem) plus a COUNT over the free connections only: never a count over every
+        connection item.
 
         A presence item counts as dead MAX_CLOCK_SKEW_MS *before* its expiry, whereas a lease is
         claimable only MAX_CLOCK_SKEW_MS *after* its own: so by the time a dead worker's leases
@@ -321,24 +393,73 @@ class LeaseStore:
         only shapes balance, never safety: a live worker re-announces every heartbeat, long
         before that point.
         """
-        threshold = now_ms() + self._settings.max_clock_skew_ms
-        workers = await self._count(WORKER_STATE, "lease_expires_at_ms > :t", threshold)
-        started = await self._count(STARTED, None, None)
-        return FleetView(live_workers=workers, started=started)
+        now = now_ms()
+        keys = await self._query_keys(
+            "desired_state = :s AND lease_expires_at_ms > :t",
+            {":s": {"S": WORKER_STATE}, ":t": {"N": str(now + self._settings.max_clock_skew_ms)}},
+        )
+        sessions = await self._read_presence(keys)
+        free = await self._count_free(now - self._settings.max_clock_skew_ms)
+        return FleetView(sessions=tuple(sessions), free=free)
 
-    async def _count(self, state: str, condition: str | None, threshold: int | None) -> int:
-        key = "desired_state = :s" + (f" AND {condition}" if condition else "")
-        values: dict[str, Any] = {":s": {"S": state}}
-        if threshold is not None:
-            values[":t"] = {"N": str(threshold)}
+    async def _query_keys(self, condition: str, values: dict[str, Any]) -> list[str]:
+        found: list[str] = []
+        start_key: dict[str, Any] | None = None
+        while True:
+            kwargs: dict[str, Any] = {
+                "TableName": self._table,
+                "IndexName": GSI_BY_STATE_EXPIRY,
+                "KeyConditionExpression": condition,
+                "ExpressionAttributeValues": values,
+            }
+            if start_key:
+                kwargs["ExclusiveStartKey"] = start_key
+            response = await self._call(self._client.query(**kwargs))
+            found.extend(item["connection_id"]["S"] for item in response.get("Items", []))
+            start_key = response.get("LastEvaluatedKey")
+            if not start_key:
+                return found
+
+    async def _read_presence(self, keys: list[str]) -> list[PeerSession]:
+        sessions: list[PeerSession] = []
+        pending: list[dict[str, Any]] = [{"connection_id": {"S": key}} for key in keys]
+        while pending:
+            chunk, pending = pending[:100], pending[100:]  # the BatchGetItem maximum
+            response = await self._call(
+                self._client.batch_get_item(
+                    RequestItems={
+                        self._table: {
+                            "Keys": chunk,
+                            # Both are DynamoDB reserved words.
+                            "ProjectionExpression": "connection_id, #load, #capacity",
+                            "ExpressionAttributeNames": {"#load": "load", "#capacity": "capacity"},
+                        }
+                    }
+                )
+            )
+            for item in response.get("Responses", {}).get(self._table, []):
+                key = str(item["connection_id"]["S"])
+                sessions.append(
+                    PeerSession(
+                        worker_id=key.removeprefix(WORKER_KEY_PREFIX),
+                        load=int(item.get("load", {}).get("N", "0")),
+                        capacity=int(item.get("capacity", {}).get("N", "0")),
+                    )
+                )
+            unprocessed = response.get("UnprocessedKeys", {}).get(self._table)
+            if unprocessed:
+                pending = [dict(key) for key in unprocessed["Keys"]] + pending
+        return sessions
+
+    async def _count_free(self, threshold: int) -> int:
         total = 0
         start_key: dict[str, Any] | None = None
         while True:
             kwargs: dict[str, Any] = {
                 "TableName": self._table,
                 "IndexName": GSI_BY_STATE_EXPIRY,
-                "KeyConditionExpression": key,
-                "ExpressionAttributeValues": values,
+                "KeyConditionExpression": "desired_state = :s AND lease_expires_at_ms < :t",
+                "ExpressionAttributeValues": {":s": {"S": STARTED}, ":t": {"N": str(threshold)}},
                 "Select": "COUNT",
             }
             if start_key:
@@ -421,6 +542,13 @@ def _old_item(error: ClientError) -> dict[str, Any]:
     # Present when the call set ReturnValuesOnConditionCheckFailure=ALL_OLD and the item exists.
     item = cast(dict[str, Any], error.response).get("Item")
     return dict(item) if isinstance(item, dict) else {}
+
+
+def _held_by(old: dict[str, Any], lease: Lease) -> bool:
+    """Whether an item (as returned by ALL_OLD) is still held under `lease`'s owner and epoch."""
+    owner = old.get("lease_owner", {}).get("S")
+    epoch = old.get("lease_epoch", {}).get("N")
+    return bool(owner == lease.owner and epoch == str(lease.epoch))
 
 
 def _lost_from(error: ClientError, reason: str) -> Lost:

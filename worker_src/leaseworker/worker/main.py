@@ -15,7 +15,7 @@ from leaseworker.aws import dynamodb_client, sqs_client
 from leaseworker.lease.ownership import ConnectionLeases
 from leaseworker.lease.store import LeaseStore
 from leaseworker.notify import Notifier, notifications
-from leaseworker.observability.logging import configure_logging
+from leaseworker.observability.logging import configure_logging, get_logger
 from leaseworker.observability.metrics import DEFAULT_NAMESPACE, WorkerMetrics
 from leaseworker.observability.tracing import configure_tracing
 from leaseworker.protocol.seqfeed import SeqfeedProtocol
@@ -24,6 +24,10 @@ from leaseworker.sinks.base import Sink
 from leaseworker.sinks.factory import open_sink
 from leaseworker.worker.app import Worker
 from leaseworker.worker.session import SessionDeps
+
+logger = get_logger(__name__)
+
+TEARDOWN_SLACK_SECONDS = 0.5
 
 
 async def build_worker(
@@ -80,11 +84,29 @@ async def build_worker(
 
 
 async def run_worker(settings: Settings) -> None:
+    """Run until SIGTERM/SIGINT, then shut down, tear down and return within the grace period.
+
+    The worker's ordered shutdown has SHUTDOWN_GRACE_SECONDS − SHUTDOWN_MARGIN_SECONDS; client
+    and tracing teardown then get what is left of the grace period, less TEARDOWN_SLACK_SECONDS
+    for the interpreter to exit, and are abandoned past it (ECS would SIGKILL us anyway).
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)  # the handler only sets an Event
     configure_logging(os.environ.get("LOG_LEVEL", "INFO"))
-    async with AsyncExitStack() as stack:
-        worker, _ = await build_worker(settings, stack)
-        await worker.run(stop)
+    try:
+        async with asyncio.timeout(None) as deadline:
+            async with AsyncExitStack() as stack:
+                worker, _ = await build_worker(settings, stack)
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(_arm_deadline(stop, deadline, settings))
+                    await worker.run(stop)
+    except TimeoutError:
+        logger.error("teardown exceeded the shutdown grace period; exiting without it")
+
+
+async def _arm_deadline(stop: asyncio.Event, deadline: asyncio.Timeout, settings: Settings) -> None:
+    await stop.wait()
+    limit = max(1.0, settings.shutdown_grace_seconds - TEARDOWN_SLACK_SECONDS)
+    deadline.reschedule(asyncio.get_running_loop().time() + limit)

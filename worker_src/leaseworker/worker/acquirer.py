@@ -1,0 +1,183 @@
+"""Acquire and reconcile (DESIGN.md §2a/§2.0): claim free connections up to our fair share.
+
+Every RECONCILE_SECONDS (± RECONCILE_JITTER, so that peers started together drift apart) the
+acquirer refreshes this worker's fair share from the fleet view, hands back connections above it,
+then claims free connections, at most CLAIM_CONCURRENCY at once, each in a TaskGroup.
+
+A claim is refused for an id already owned or being claimed. A claim whose reply was lost
+(`AcquireUncertain`: DynamoDB may have applied it) is resolved by a read: if our write landed we
+adopt the lease, otherwise nothing is ours; an applied claim is never left orphaned until expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable
+
+from leaseworker.lease.balance import fair_share
+from leaseworker.lease.errors import AcquireUncertain, StoreError
+from leaseworker.lease.ownership import Ownership
+from leaseworker.lease.store import Acquired, AcquireResult, Lost, Malformed
+from leaseworker.observability.logging import get_logger
+from leaseworker.observability.metrics import MetricName, WorkerMetrics
+from leaseworker.observability.tracing import Tracing
+from leaseworker.settings import Settings
+from leaseworker.worker.loops import survive
+from leaseworker.worker.registry import Registry
+from leaseworker.worker.waits import wait_any
+
+logger = get_logger(__name__)
+
+CLAIM_CONCURRENCY = 16
+RECONCILE_JITTER = 0.2  # each period is RECONCILE_SECONDS × uniform(0.8, 1.2)
+RESOLVE_ATTEMPTS = 3
+
+
+class Acquirer:
+    def __init__(
+        self,
+        ownership: Ownership,
+        registry: Registry,
+        settings: Settings,
+        metrics: WorkerMetrics,
+        tracing: Tracing,
+        *,
+        stop_acquiring: asyncio.Event,
+        start: Callable[[Acquired], None],
+        give_back: Callable[[Acquired], Awaitable[None]],
+    ) -> None:
+        self._ownership = ownership
+        self._registry = registry
+        self._settings = settings
+        self._metrics = metrics
+        self._tracing = tracing
+        self._stop = stop_acquiring
+        self._start = start
+        self._give_back = give_back
+        self._gate = asyncio.Semaphore(CLAIM_CONCURRENCY)
+        self.target = settings.max_connections  # refined by each fleet view
+        self.viewed_at = -math.inf
+
+    async def run(self) -> None:
+        while not self._stop.is_set():
+            with (
+                self._tracing.span("lease.reconcile", worker_id=self._settings.worker_id),
+                survive("reconcile"),
+            ):
+                await self.reconcile()
+            period = self._settings.reconcile_seconds
+            await wait_any(period * random.uniform(1 - RECONCILE_JITTER, 1 + RECONCILE_JITTER), self._stop)
+
+    async def reconcile(self) -> None:
+        await self.refresh_share()
+        capacity = self.capacity()
+        if capacity <= 0:
+            return
+        try:
+            candidates = await self._ownership.find_claimable(capacity * 2)
+        except StoreError as error:
+            self._metrics.count(MetricName.LeaseAcquireFailures)
+            logger.warning("reconcile query failed", extra={"error": str(error)})
+            return
+        candidates = [cid for cid in candidates if not self._registry.busy(cid)]
+        if candidates:
+            self._metrics.count(MetricName.OrphansSeen, len(candidates))
+        random.shuffle(candidates)  # peers reconciling at once start on different items
+        async with asyncio.TaskGroup() as group:
+            for cid in candidates:
+                group.create_task(self.claim(cid))
+
+    async def refresh_share(self) -> None:
+        """Recompute this worker's fair share; on a store error keep the previous one."""
+        try:
+            view = await self._ownership.fleet_view()
+        except StoreError as error:
+            self._metrics.count(MetricName.LeaseAcquireFailures)
+            logger.warning("fleet view failed; keeping the previous share", extra={"error": str(error)})
+            return
+        self.viewed_at = time.monotonic()
+        me = self._settings.worker_id
+        peers = [session for session in view.sessions if session.worker_id != me]
+        owned = len(self._registry.held())
+        share = fair_share(
+            owned=owned,
+            claiming=len(self._registry.claiming),
+            my_capacity=self._settings.max_connections,
+            peer_capacities=[peer.capacity for peer in peers],
+            to_own=owned + len(self._registry.claiming) + sum(p.load for p in peers) + view.free,
+        )
+        self.target = share.target
+        if share.shed:
+            self._shed(share.shed)
+
+    def capacity(self) -> int:
+        limit = min(self._settings.max_connections, self.target)
+        return limit - len(self._registry) - len(self._registry.claiming)
+
+    def _shed(self, count: int) -> None:
+        """Hand back the most recently acquired connections: a graceful release each."""
+        newest = sorted(self._registry.held(), key=lambda owned: owned.acquired_at, reverse=True)[:count]
+        if newest:
+            logger.info(
+                "rebalancing: handing back connections", extra={"count": len(newest), "target": self.target}
+            )
+        for owned in newest:
+            owned.session.request_release("rebalance: above fair share")
+
+    async def claim(self, connection_id: str) -> None:
+        if self._registry.busy(connection_id):
+            return
+        async with self._gate:
+            if self._stop.is_set() or self.capacity() <= 0 or self._registry.busy(connection_id):
+                return
+            self._registry.claiming.add(connection_id)
+            try:
+                result = await self._attempt(connection_id)
+            finally:
+                self._registry.claiming.discard(connection_id)
+        if result is None or isinstance(result, Lost | Malformed):
+            return
+        if self._stop.is_set():
+            await self._give_back(result)
+            return
+        self._start(result)
+
+    async def _attempt(self, connection_id: str) -> AcquireResult | None:
+        try:
+            with self._tracing.span("lease.acquire", connection_id=connection_id):
+                result = await self._ownership.claim(connection_id)
+        except AcquireUncertain as uncertain:
+            self._metrics.count(MetricName.LeaseAcquireFailures)
+            logger.warning(
+                "acquire reply lost; reading back",
+                extra={"connection_id": connection_id, "error": str(uncertain)},
+            )
+            return await self._resolve(uncertain)
+        except StoreError as error:
+            self._metrics.count(MetricName.LeaseAcquireFailures)
+            logger.warning("acquire failed", extra={"connection_id": connection_id, "error": str(error)})
+            return None
+        if isinstance(result, Lost):
+            self._metrics.count(MetricName.LeaseContention)
+        elif isinstance(result, Malformed):
+            self._metrics.count(MetricName.LeaseAcquireFailures)
+            logger.error("malformed connection item marked failed", extra={"connection_id": connection_id})
+        return result
+
+    async def _resolve(self, uncertain: AcquireUncertain) -> Acquired | None:
+        for attempt in range(RESOLVE_ATTEMPTS):
+            try:
+                adopted = await self._ownership.resolve_uncertain(uncertain)
+            except StoreError as error:
+                logger.warning("could not read back an uncertain acquire", extra={"error": str(error)})
+                await asyncio.sleep(0.2 * 2**attempt)
+                continue
+            if adopted is not None:
+                logger.info(
+                    "adopted a lease whose acquire reply was lost", extra={"epoch": adopted.lease.epoch}
+                )
+            return adopted
+        return None  # still unknown: if it was applied, it expires in one lease period
