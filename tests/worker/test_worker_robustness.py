@@ -4,7 +4,9 @@ DynamoDB Local)."""
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from dataclasses import replace
 from urllib.parse import urlsplit
 
@@ -16,6 +18,7 @@ from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.local.proxy import TcpProxy
 from leaseworker.observability.metrics import MetricName
 from leaseworker.settings import Settings
+from leaseworker.worker.main import build_worker
 from tests.worker.harness import eventually, running
 
 
@@ -56,7 +59,7 @@ async def test_round_trips_of_a_third_of_the_lease_fence_no_lease(
         async with running(settings) as run:
             await eventually(lambda: len(run.worker.owned) == 12, 15, "all owned")
             # The proxy delays every chunk it forwards; a request and its reply are a few chunks.
-            slow_dynamodb.latency = settings.lease_seconds / 6
+            slow_dynamodb.latency = settings.lease_seconds / 8
             rtt = await round_trip(slow_dynamodb.url, table)
             print(f"DynamoDB round trip through the proxy: {rtt:.2f} s (lease {settings.lease_seconds} s)")
             assert rtt >= settings.lease_seconds / 4, f"the fault is too mild to mean anything: {rtt:.2f} s"
@@ -119,3 +122,26 @@ async def test_malformed_owned_item_seen_by_a_hint_is_marked_failed(
                 assert "c1" not in run.worker.owned
     item = await admin.show("c1")
     assert item["desired_state"] == "STOPPED" and str(item["last_error"]).startswith("failed:"), item
+
+
+async def test_claims_in_flight_at_shutdown_are_released(
+    ddb: DynamoDBClient, table: str, settings: Settings, slow_dynamodb: TcpProxy
+) -> None:
+    """SIGTERM while acquires are on the wire: whatever they won is released before exit."""
+    admin = LeaseTableAdmin(ddb, table)
+    settings = replace(settings, sink="null", endpoint_url=slow_dynamodb.url)
+    async with FeedServer() as feed:
+        for i in range(8):
+            await admin.add(f"c{i}", feed.url_for(f"c{i}"))
+        slow_dynamodb.latency = 0.3
+        stop = asyncio.Event()
+        async with AsyncExitStack() as stack:
+            worker, _ = await build_worker(settings, stack, metrics_stream=io.StringIO())
+            task = asyncio.create_task(worker.run(stop))
+            await eventually(lambda: bool(worker.claiming), 10, "claims in flight")
+            stop.set()
+            await asyncio.wait_for(task, 15)
+        assert not worker.owned and not worker.claiming
+        items = await admin.list()
+    held = [item["connection_id"] for item in items if item.get("lease_owner")]
+    assert held == [], f"claimed during shutdown and never released: {held}"

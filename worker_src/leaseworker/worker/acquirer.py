@@ -128,22 +128,22 @@ class Acquirer:
             owned.session.request_release("rebalance: above fair share")
 
     async def claim(self, connection_id: str) -> None:
-        if self._registry.busy(connection_id):
+        """Claim one connection. It counts as "claiming" until its session is registered or the
+        lease is given back, so a shutdown that begins meanwhile waits for it (never orphaned)."""
+        if self._registry.busy(connection_id) or self._stop.is_set() or self.capacity() <= 0:
             return
-        async with self._gate:
-            if self._stop.is_set() or self.capacity() <= 0 or self._registry.busy(connection_id):
-                return
-            self._registry.claiming.add(connection_id)
-            try:
+        self._registry.claiming.add(connection_id)  # counted by capacity() from here on
+        try:
+            async with self._gate:
                 result = await self._attempt(connection_id)
-            finally:
-                self._registry.claiming.discard(connection_id)
-        if result is None or isinstance(result, Lost | Malformed):
-            return
-        if self._stop.is_set():
-            await self._give_back(result)
-            return
-        self._start(result)
+            if not isinstance(result, Acquired):
+                return
+            if self._stop.is_set():
+                await self._give_back(result)
+                return
+            self._start(result)  # registered as owned before it stops counting as a claim
+        finally:
+            self._registry.claiming.discard(connection_id)
 
     async def _attempt(self, connection_id: str) -> AcquireResult | None:
         try:

@@ -79,6 +79,11 @@ class Worker:
     def owned(self) -> list[str]:
         return sorted(self._registry.owned)
 
+    @property
+    def claiming(self) -> list[str]:
+        """Claims in flight: their conditional write has been sent, no answer yet."""
+        return sorted(self._registry.claiming)
+
     async def run(self, stop: asyncio.Event) -> None:
         me = self._settings.worker_id
         with log_context(worker_id=me):

@@ -9,6 +9,10 @@ Each attempt is bounded by RENEW_ATTEMPT_HEARTBEATS heartbeats and by the lease'
 validity, whichever is sooner; a failed attempt is retried after RETRY_FRACTION of a heartbeat
 while the lease is still valid locally. A round trip of up to about a third of the lease (one
 heartbeat at the minimum LEASE_SECONDS = 3 × HEARTBEAT_SECONDS) therefore fences no healthy lease.
+The hard limit is half the local validity (a renewal that returns after R seconds sends the
+next at once, which must return before the first one's validity ends): at the defaults
+(validity 17 s) a round trip of 8.5 s; at the local fleet's scaled timings (2.5 s), 1.25 s.
+Renewals of one lease never overlap: a late older renewal would overwrite a newer expiry.
 RENEW_CONCURRENCY bounds the renewals in flight below the lease client's connection pool
 (`aws.LEASE_POOL_CONNECTIONS`), so renewals never queue behind checkpoints at the pool.
 """
