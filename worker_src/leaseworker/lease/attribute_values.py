@@ -10,6 +10,7 @@ from botocore.exceptions import ClientError
 from leaseworker.lease.model import WORKER_KEY_PREFIX
 
 CHECKPOINT_SUFFIX = "#ckpt"
+PURGE_AFTER_SECONDS = 3 * 24 * 3600  # TTL: workers' items are garbage-collected days after their last write
 
 
 def session_key(worker_id: str) -> dict[str, Any]:
@@ -18,6 +19,11 @@ def session_key(worker_id: str) -> dict[str, Any]:
 
 def checkpoint_key(worker_id: str) -> dict[str, Any]:
     return {"connection_id": {"S": f"{WORKER_KEY_PREFIX}{worker_id}{CHECKPOINT_SUFFIX}"}}
+
+
+def purge_at(now_ms: int) -> int:
+    """The TTL attribute's value (epoch seconds) for an item written at `now_ms`."""
+    return now_ms // 1000 + PURGE_AFTER_SECONDS
 
 
 def error_code(error: ClientError) -> str:

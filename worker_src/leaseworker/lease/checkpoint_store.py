@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from botocore.exceptions import ClientError
 
-from leaseworker.lease.attribute_values import checkpoint_key, failed_item
-from leaseworker.lease.session_store import PURGE_AFTER_SECONDS
+from leaseworker.lease.attribute_values import checkpoint_key, failed_item, purge_at
 from leaseworker.lease.store import call_with_deadline, now_ms
 from leaseworker.settings import SettingsError
 
@@ -91,7 +90,7 @@ class CheckpointStore:
                     ConditionExpression=COND_CHECKPOINT_WRITE,
                     ExpressionAttributeValues={
                         ":map": {"M": encoded},
-                        ":purge": {"N": str(now // 1000 + PURGE_AFTER_SECONDS)},
+                        ":purge": {"N": str(purge_at(now))},
                         ":now": {"N": str(now)},
                         ":writer": {"S": self._writer},
                         ":written": {"N": str(self._written)},
@@ -122,6 +121,28 @@ class CheckpointStore:
             if len(pair) == 2 and all("N" in part for part in pair):
                 entries[cid] = (int(pair[0]["N"]), int(pair[1]["N"]))
         return entries
+
+    async def fence(self, worker: str, *, by: str, kind: str) -> None:
+        """Refuse `worker`'s later checkpoint writes (called by SessionStore.fence).
+
+        Unconditional, and creating a stub when the item does not exist yet, so that the
+        fenced worker's first write is refused too; the stub expires through the TTL.
+        """
+        now = now_ms()
+        await self._call(
+            self._client.update_item(
+                TableName=self._table,
+                Key=checkpoint_key(worker),
+                UpdateExpression="SET fenced_by = :by, fence_kind = :kind, fenced_at_ms = :now, "
+                "purge_at = if_not_exists(purge_at, :purge)",
+                ExpressionAttributeValues={
+                    ":by": {"S": by},
+                    ":kind": {"S": kind},
+                    ":now": {"N": str(now)},
+                    ":purge": {"N": str(purge_at(now))},
+                },
+            )
+        )
 
     async def _call(self, awaitable: Awaitable[T], timeout: float | None = None) -> T:
         return await call_with_deadline(awaitable, self._call_timeout if timeout is None else timeout)

@@ -49,10 +49,12 @@ from leaseworker.lease.attribute_values import (
     failed_item,
     number,
     optional_number,
+    purge_at,
     session_key,
     text,
 )
 from leaseworker.lease.batch_get import batch_get_items
+from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.liveness import CONFIRMED, SUSPECTED, SessionInfo
 from leaseworker.lease.model import WORKER_KEY_PREFIX, WORKER_STATE
@@ -66,7 +68,6 @@ __all__ = ["Fenced", "HeartbeatResult", "SessionInfo", "SessionStore"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-PURGE_AFTER_SECONDS = 3 * 24 * 3600  # TTL: garbage-collect a session item days after its last heartbeat
 
 COND_NOT_FENCED = "attribute_not_exists(fenced_by)"
 COND_LIVE_SESSION = f"attribute_exists(connection_id) AND {COND_NOT_FENCED}"
@@ -94,6 +95,7 @@ class SessionStore:
         self._table = table_name
         self._call_timeout = call_timeout
         self._created: set[str] = set()
+        self._checkpoints = CheckpointStore(client, table_name, call_timeout=call_timeout)
 
     async def heartbeat(
         self,
@@ -114,7 +116,7 @@ class SessionStore:
         values: dict[str, Any] = {
             ":one": {"N": "1"},
             ":load": {"N": str(load)},
-            ":purge": {"N": str(now // 1000 + PURGE_AFTER_SECONDS)},
+            ":purge": {"N": str(purge_at(now))},
             ":now": {"N": str(now)},
         }
         update = "SET #load = :load, purge_at = :purge, updated_at_ms = :now"
@@ -195,7 +197,12 @@ class SessionStore:
             values,
         ):
             return False
-        await self._fence_checkpoint(peer, values)
+        try:
+            # Best effort: the claim trusts a checkpoint entry only at the connection item's own
+            # epoch, and a zombie's late entry is never ahead of what its sink accepted.
+            await self._checkpoints.fence(peer, by=me, kind=kind)
+        except StoreError as error:
+            log.warning("fenced %s but not its checkpoint item: %s", peer, error)
         return True
 
     async def withdraw(self, me: str) -> bool:
@@ -220,27 +227,6 @@ class SessionStore:
         return True
 
     # ------------------------------------------------------------------ plumbing
-
-    async def _fence_checkpoint(self, peer: str, values: dict[str, Any]) -> None:
-        """Best effort: a fenced checkpoint item refuses the zombie's late checkpoint writes.
-
-        Creating a stub when the item does not exist is deliberate (it refuses a first write
-        too). A failure here costs nothing in safety: the claim never trusts an entry whose
-        epoch is not the connection item's.
-        """
-        try:
-            await self._call(
-                self._client.update_item(
-                    TableName=self._table,
-                    Key=checkpoint_key(peer),
-                    UpdateExpression="SET fenced_by = :by, fence_kind = :kind, fenced_at_ms = :now, "
-                    "purge_at = if_not_exists(purge_at, :purge)",
-                    ExpressionAttributeValues={k: values[k] for k in (":by", ":kind", ":now")}
-                    | {":purge": {"N": str(now_ms() // 1000 + PURGE_AFTER_SECONDS)}},
-                )
-            )
-        except StoreError as error:
-            log.warning("fenced %s but not its checkpoint item: %s", peer, error)
 
     async def _session_keys(self) -> list[dict[str, Any]]:
         keys: list[dict[str, Any]] = []
