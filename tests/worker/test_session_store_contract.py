@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from types_aiobotocore_dynamodb import DynamoDBClient
@@ -19,6 +19,7 @@ from types_aiobotocore_dynamodb import DynamoDBClient
 import leaseworker.lease.held_store as held_store_module
 import leaseworker.lease.store as store_module
 from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.lease.batch_get import batch_get_items
 from leaseworker.lease.checkpoint_store import (
     MAX_ENTRIES_PER_ITEM,
     CheckpointStore,
@@ -26,10 +27,11 @@ from leaseworker.lease.checkpoint_store import (
     check_checkpoint_capacity,
     resume_seq,
 )
-from leaseworker.lease.errors import StoreRejected
+from leaseworker.lease.errors import StoreRejected, StoreUnavailable
 from leaseworker.lease.held_store import GSI_BY_OWNER, SESSION_HELD, SessionHeldStore
-from leaseworker.lease.liveness import CONFIRMED, SUSPECTED, Observer, PeerState
+from leaseworker.lease.liveness import CONFIRMED, SUSPECTED, Observer, PeerState, live_worker_ids
 from leaseworker.lease.model import Lease
+from leaseworker.lease.rendezvous import rank
 from leaseworker.lease.session_store import VANISHED, Fenced, SessionStore
 from leaseworker.lease.store import Acquired, LeaseStore, Lost, now_ms
 from leaseworker.settings import Settings, SettingsError
@@ -498,3 +500,106 @@ async def test_listing_sessions_costs_the_same_at_10_and_500_connections(
     query_units, batch_units = large
     assert query_units <= 0.5  # one 4 KB page of keys, eventually consistent
     assert batch_units <= 5 * 0.5  # one eventually consistent read of each small session item
+
+
+# ---------------------------------------------------------------------- composition
+
+
+async def test_takeover_of_a_silent_session_end_to_end(
+    ddb: DynamoDBClient,
+    sessions: SessionStore,
+    held: SessionHeldStore,
+    checkpoints: CheckpointStore,
+    session_table: str,
+) -> None:
+    """How the pieces compose: observe on our clock, fence, list by owner, read the dead holder's
+    checkpoints once, and claim in rendezvous order (first choice now, the others later)."""
+    ids = [f"feed-{i:02d}" for i in range(12)]
+    await add(ddb, session_table, *ids)
+    for worker in ("a", "b", "dead"):
+        await beat(sessions, worker)
+    dead_leases = {cid: acquired(await held.claim_free(cid, "dead", valid_until=VALID)) for cid in ids}
+    assert await checkpoints.write("dead", {cid: (lease.epoch, 10) for cid, lease in dead_leases.items()})
+    observers = {me: Observer(me, 10.0) for me in ("a", "b")}
+    for now in (0.0, 5.0, 10.0):  # the survivors keep beating; "dead" is silent
+        for me in ("a", "b"):
+            await beat(sessions, me)
+        listed = await sessions.list_sessions()
+        verdicts = {me: obs.observe(listed, now) for me, obs in observers.items()}
+    (dead_verdict,) = [v for v in verdicts["a"] if v.worker_id == "dead"]
+    assert dead_verdict.state is PeerState.DEAD
+    assert live_worker_ids(verdicts["a"]) == ["a", "b"]
+    # Both observers fence with the counter they saw: exactly one fence lands.
+    fences = await asyncio.gather(
+        *(
+            sessions.fence("dead", seen_hb=dead_verdict.hb, me=me, kind=SUSPECTED, reason="hb still 10 s")
+            for me in ("a", "b")
+        )
+    )
+    assert sorted(fences) == [False, True]
+    owned = await held.owned_by("dead")
+    entries = await checkpoints.read("dead")
+    first_round = {}
+    for connection in owned:
+        me = rank(connection.connection_id, ["a", "b"])[0]
+        first_round[connection.connection_id] = acquired(
+            await held.claim_from_dead(
+                connection.connection_id,
+                me,
+                dead="dead",
+                epoch=connection.epoch,
+                resume_seq=resume_seq(entries, connection.connection_id, connection.epoch),
+                valid_until=VALID,
+            )
+        )
+    owners = Counter(lease.owner for lease in first_round.values())
+    assert set(owners) == {"a", "b"} and sum(owners.values()) == len(ids)
+    assert {lease.start_seq for lease in first_round.values()} == {10}
+    # The second choices, a step later, find nothing left: every claim by the old epoch fails.
+    for connection in owned:
+        late = await held.claim_from_dead(
+            connection.connection_id,
+            rank(connection.connection_id, ["a", "b"])[1],
+            dead="dead",
+            epoch=connection.epoch,
+            resume_seq=10,
+            valid_until=VALID,
+        )
+        assert isinstance(late, Lost) and late.holder == first_round[connection.connection_id].owner
+    assert await held.owned_by("dead") == []
+    assert await sessions.reap("dead")
+
+
+class ScriptedClient:
+    """A stand-in for the DynamoDB client that answers BatchGetItem from a script."""
+
+    def __init__(self, answers: list[dict[str, Any]], delay: float = 0.0) -> None:
+        self.answers = answers
+        self.delay = delay
+        self.requests: list[dict[str, Any]] = []
+
+    async def batch_get_item(self, *, RequestItems: dict[str, Any]) -> dict[str, Any]:
+        self.requests.append(RequestItems)
+        await asyncio.sleep(self.delay)
+        return self.answers.pop(0)
+
+
+async def test_batch_get_retries_unprocessed_keys() -> None:
+    keys = [{"connection_id": {"S": f"k{i}"}} for i in range(3)]
+    client = ScriptedClient(
+        [
+            {"Responses": {"t": [keys[0]]}, "UnprocessedKeys": {"t": {"Keys": keys[1:]}}},
+            {"Responses": {"t": keys[1:]}},
+        ]
+    )
+    items = await batch_get_items(cast(Any, client), "t", keys, timeout=1.0)
+    assert items == keys
+    assert client.requests[1] == {"t": {"Keys": keys[1:]}}
+
+
+async def test_batch_get_gives_up_at_its_deadline() -> None:
+    client = ScriptedClient([{"Responses": {"t": []}}], delay=30.0)
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable):
+        await batch_get_items(cast(Any, client), "t", [{"connection_id": {"S": "k"}}], timeout=0.2)
+    assert time.monotonic() - started < 5.0
