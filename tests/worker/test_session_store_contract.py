@@ -25,6 +25,7 @@ from leaseworker.lease.checkpoint_store import (
     CheckpointStore,
     CheckpointTooLarge,
     check_checkpoint_capacity,
+    effective_checkpoint,
     resume_seq,
 )
 from leaseworker.lease.errors import StoreRejected, StoreUnavailable
@@ -431,6 +432,14 @@ async def test_checkpoint_item_holds_max_entries_of_worst_case_size(
                 },
             )
         )
+
+
+def test_effective_checkpoint_is_the_newer_of_item_and_entry_at_the_items_epoch() -> None:
+    entries = {"c1": (4, 90), "c2": (3, 90), "c3": (4, 10)}
+    assert effective_checkpoint(50, 4, "c1", entries) == 90
+    assert effective_checkpoint(50, 4, "c2", entries) == 50  # an older epoch's entry is ignored
+    assert effective_checkpoint(50, 4, "c3", entries) == 50
+    assert effective_checkpoint(50, 4, "absent", entries) == 50
 
 
 def test_settings_validation_refuses_more_connections_than_one_item_holds() -> None:

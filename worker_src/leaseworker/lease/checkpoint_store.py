@@ -64,6 +64,12 @@ def resume_seq(entries: Entries, connection_id: str, epoch: int) -> int:
     return entry[1] if entry is not None and entry[0] == epoch else -1
 
 
+def effective_checkpoint(last_seq: int, lease_epoch: int, connection_id: str, holder_entries: Entries) -> int:
+    """What `connections list/show` report: the newer of the connection item's `last_seq` and
+    its holder's checkpoint entry, when that entry was written under the item's epoch."""
+    return max(last_seq, resume_seq(holder_entries, connection_id, lease_epoch))
+
+
 class CheckpointStore:
     def __init__(self, client: DynamoDBClient, table_name: str, *, call_timeout: float = 5.0) -> None:
         self._client = client

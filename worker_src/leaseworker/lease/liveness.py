@@ -82,6 +82,9 @@ class Observer:
         self._seen: dict[str, _Sighting] = {}
 
     def observe(self, sessions: Iterable[SessionInfo], now: float) -> list[Verdict]:
+        """Judge a listing. `now` must be read AFTER the listing returned: a value seen in it
+        was written before that instant, which is what makes the wait start late, never early
+        (a `now` taken before sending the read could precede the heartbeat it returns)."""
         verdicts: list[Verdict] = []
         listed: set[str] = set()
         for session in sessions:
