@@ -1,0 +1,250 @@
+"""Connection items held by a session (DESIGN.md §2b): claim free, claim from the dead, list by owner.
+
+A session-held connection item carries `lease_owner`, `lease_epoch` and the expiry marker
+`SESSION_HELD` (2^53 - 1): no connection-mode acquirer ever sees it as expired, the orphan
+query (`expiry < now - skew`) never returns it, and holding it writes nothing per heartbeat.
+
+- Claim a free connection: connection mode's acquire condition (`COND_ACQUIRE`), writing the
+  marker instead of an expiry, epoch + 1.
+- Claim a fenced session's connection: `lease_owner = :dead AND lease_epoch = :epoch AND
+  desired_state = STARTED`, and, unless the fence is confirmed, the marker too (an observer's
+  suspicion does not make a connection-mode lease claimable, §2.0). The claim writes
+  max(item's last_seq, the dead holder's checkpoint at that epoch) into the item: DynamoDB has no
+  max(), so the first attempt sets `last_seq = :resume` under `last_seq <= :resume`, and only if
+  the item is already further does a second attempt claim without touching `last_seq`. The
+  checkpoint therefore never moves backwards, and the common case is one write.
+- Release, record a failure, mark failed: connection mode's owner + epoch writes (LeaseStore).
+  The item's `last_seq` equals the lease's `start_seq` while held (only claims and releases
+  write it), so the release's `last_seq > start_seq` test keeps it moving only up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from leaseworker.lease.attribute_values import failed_item, number, text
+from leaseworker.lease.batch_get import batch_get_items
+from leaseworker.lease.model import NO_CHECKPOINT, STARTED, ConnectionItem, Lease, MalformedItem
+from leaseworker.lease.store import (
+    COND_ACQUIRE,
+    Acquired,
+    AcquireResult,
+    LeaseStore,
+    Lost,
+    Malformed,
+    call_with_deadline,
+    now_ms,
+)
+from leaseworker.settings import Settings
+
+if TYPE_CHECKING:
+    from types_aiobotocore_dynamodb import DynamoDBClient
+
+GSI_BY_OWNER = "by-owner"
+SESSION_HELD = 2**53 - 1  # the largest integer every JSON/float consumer reads exactly
+
+COND_FROM_DEAD = "lease_owner = :dead AND lease_epoch = :epoch AND desired_state = :started"
+COND_FROM_DEAD_SESSION = f"{COND_FROM_DEAD} AND lease_expires_at_ms = :held"
+COND_NOT_BEHIND = "(attribute_not_exists(last_seq) OR last_seq <= :resume)"
+
+_CLAIM = "SET lease_owner = :me, lease_expires_at_ms = :expires, updated_at_ms = :now ADD lease_epoch :one"
+_CLAIM_WITH_SEQ = (
+    "SET lease_owner = :me, lease_expires_at_ms = :expires, updated_at_ms = :now, last_seq = :resume "
+    "ADD lease_epoch :one"
+)
+_OWNED_PROJECTION = "connection_id, lease_owner, lease_epoch, last_seq, lease_expires_at_ms, desired_state"
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedConnection:
+    connection_id: str
+    epoch: int
+    last_seq: int
+    session_held: bool  # False: a connection-mode lease (claimable only on a confirmed fence)
+    started: bool
+
+
+class SessionHeldStore:
+    def __init__(self, client: DynamoDBClient, settings: Settings, *, call_timeout: float = 5.0) -> None:
+        self._client = client
+        self._settings = settings
+        self._table = settings.table_name
+        self._call_timeout = call_timeout
+        self._leases = LeaseStore(client, settings, call_timeout=call_timeout)
+
+    async def claim_free(self, connection_id: str, me: str, *, valid_until: float) -> AcquireResult:
+        """Claim a new, released or expired connection for the session valid until `valid_until`."""
+        now = now_ms()
+        values = {
+            ":started": {"S": STARTED},
+            ":now_minus_skew": {"N": str(now - self._settings.max_clock_skew_ms)},
+        }
+        return await self._claim(
+            connection_id, me, update=_CLAIM, condition=COND_ACQUIRE, values=values, valid_until=valid_until
+        )
+
+    async def claim_from_dead(
+        self,
+        connection_id: str,
+        me: str,
+        *,
+        dead: str,
+        epoch: int,
+        resume_seq: int,
+        valid_until: float,
+        confirmed: bool = False,
+        expires_at_ms: int = SESSION_HELD,
+    ) -> AcquireResult:
+        """Take over `dead`'s connection at `epoch`, resuming after max(last_seq, resume_seq).
+
+        Call only after `dead`'s session is fenced (fences are never undone). A connection-mode
+        worker passes its own lease expiry as `expires_at_ms`.
+        """
+        condition = COND_FROM_DEAD if confirmed else COND_FROM_DEAD_SESSION
+        values: dict[str, Any] = {
+            ":dead": {"S": dead},
+            ":epoch": {"N": str(epoch)},
+            ":started": {"S": STARTED},
+        }
+        if not confirmed:
+            values[":held"] = {"N": str(SESSION_HELD)}
+        if resume_seq > NO_CHECKPOINT:
+            result = await self._claim(
+                connection_id,
+                me,
+                update=_CLAIM_WITH_SEQ,
+                condition=f"{condition} AND {COND_NOT_BEHIND}",
+                values=values | {":resume": {"N": str(resume_seq)}},
+                valid_until=valid_until,
+                resume_seq=resume_seq,
+                expires_at_ms=expires_at_ms,
+            )
+            if not (isinstance(result, Lost) and result.holder == dead and result.epoch == epoch):
+                return result
+            # Still dead's at that epoch: the item's checkpoint is already past resume_seq (or the
+            # state/marker refused it, which the plain attempt below refuses again).
+        return await self._claim(
+            connection_id,
+            me,
+            update=_CLAIM,
+            condition=condition,
+            values=values,
+            valid_until=valid_until,
+            resume_seq=resume_seq,
+            expires_at_ms=expires_at_ms,
+        )
+
+    async def owned_by(self, worker: str) -> list[OwnedConnection]:
+        """The connections `worker` holds: one `by-owner` query, then reads of those items.
+
+        The index is KEYS_ONLY, so it gives ids, not epochs; the BatchGetItem (0.5 read unit per
+        item) also checks the index was not stale (the owner must still be `worker`).
+        """
+        ids: list[str] = []
+        start_key: dict[str, Any] | None = None
+        while True:
+            kwargs: dict[str, Any] = {
+                "TableName": self._table,
+                "IndexName": GSI_BY_OWNER,
+                "KeyConditionExpression": "lease_owner = :owner",
+                "ExpressionAttributeValues": {":owner": {"S": worker}},
+            }
+            if start_key:
+                kwargs["ExclusiveStartKey"] = start_key
+            response = await call_with_deadline(self._client.query(**kwargs), self._call_timeout)
+            ids.extend(item["connection_id"]["S"] for item in response.get("Items", []))
+            start_key = response.get("LastEvaluatedKey")
+            if not start_key:
+                break
+        items = await batch_get_items(
+            self._client,
+            self._table,
+            [{"connection_id": {"S": cid}} for cid in ids],
+            timeout=self._call_timeout,
+            consistent=True,
+            projection=_OWNED_PROJECTION,
+        )
+        owned = [
+            OwnedConnection(
+                connection_id=text(item, "connection_id") or "",
+                epoch=number(item, "lease_epoch"),
+                last_seq=number(item, "last_seq", NO_CHECKPOINT),
+                session_held=number(item, "lease_expires_at_ms") == SESSION_HELD,
+                started=text(item, "desired_state") == STARTED,
+            )
+            for item in items
+            if text(item, "lease_owner") == worker
+        ]
+        return sorted(owned, key=lambda c: c.connection_id)
+
+    async def release(self, lease: Lease, last_seq: int | None) -> bool:
+        return await self._leases.release(lease, last_seq)
+
+    async def mark_failed(self, lease: Lease, reason: str) -> bool:
+        return await self._leases.mark_failed(lease, reason)
+
+    async def record_failure(self, lease: Lease, reason: str) -> bool:
+        return await self._leases.record_failure(lease, reason)
+
+    async def _claim(
+        self,
+        connection_id: str,
+        me: str,
+        *,
+        update: str,
+        condition: str,
+        values: dict[str, Any],
+        valid_until: float,
+        resume_seq: int = NO_CHECKPOINT,
+        expires_at_ms: int = SESSION_HELD,
+    ) -> AcquireResult:
+        try:
+            response = await call_with_deadline(
+                self._client.update_item(
+                    TableName=self._table,
+                    Key={"connection_id": {"S": connection_id}},
+                    UpdateExpression=update,
+                    ConditionExpression=condition,
+                    ExpressionAttributeValues=values
+                    | {
+                        ":me": {"S": me},
+                        ":expires": {"N": str(expires_at_ms)},
+                        ":now": {"N": str(now_ms())},
+                        ":one": {"N": "1"},
+                    },
+                    ReturnValues="ALL_OLD",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                ),
+                self._call_timeout,
+            )
+        except ClientError as error:
+            return _lost(failed_item(error))
+        old = response.get("Attributes", {})
+        lease = Lease(
+            connection_id=connection_id,
+            epoch=number(old, "lease_epoch") + 1,
+            owner=me,
+            ws_url="",
+            start_seq=NO_CHECKPOINT,
+            valid_until=valid_until,
+        )
+        try:
+            previous = ConnectionItem.from_attributes(old)
+        except MalformedItem as problem:
+            await self._leases.mark_failed(lease, str(problem))
+            return Malformed(connection_id, str(problem))
+        lease.ws_url = previous.ws_url
+        lease.start_seq = max(previous.last_seq, resume_seq)
+        return Acquired(lease, previous)
+
+
+def _lost(old: dict[str, Any]) -> Lost:
+    if not old:
+        return Lost(None, None, "not claimable: no such connection")
+    holder = text(old, "lease_owner")
+    epoch = number(old, "lease_epoch") if "lease_epoch" in old else None
+    detail = f"held by {holder} at epoch {epoch}" if holder else f"desired_state {text(old, 'desired_state')}"
+    return Lost(holder, epoch, f"not claimable: {detail}")

@@ -1,0 +1,153 @@
+"""Death detection on the observer's own monotonic clock, and the holder's session deadline.
+
+Pure: no I/O, no clock reads. The caller passes `now` (time.monotonic()) so tests drive a fake
+clock. The argument for why this is safe under any wall-clock offset is in session_store.py.
+
+Observer rule (DESIGN.md §2.0): a peer is dead when its `hb` has not changed for LEASE_SECONDS,
+measured on the observer's clock from the first time the observer saw that value. Any change,
+up or down (a restarted peer that reuses its id starts again from 1), restarts the wait; a
+peer is never dead on first sight.
+
+Holder rule (§2d, session mode): deliveries are allowed until
+`sent_at(last successful heartbeat) + LEASE_SECONDS - margin`, with no clock-skew term.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from leaseworker.settings import Settings
+
+SUSPECTED = "suspected"  # fenced by an observer that saw the counter stop
+CONFIRMED = "confirmed"  # fenced by the supervisor that reaped the process (DESIGN.md §2e)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """One session item (`worker#<id>`) as listed."""
+
+    worker_id: str
+    hb: int
+    load: int
+    capacity: int
+    lease_mode: str
+    task_arn: str | None = None
+    updated_at_ms: int = 0  # the writer's wall clock: for display only, never for death
+    withdrawn: bool = False  # announced a graceful exit: no longer counted as a live peer
+    fenced_by: str | None = None
+    fence_kind: str | None = None
+    fence_reason: str | None = None
+    fenced_at_ms: int | None = None
+
+    @property
+    def fenced(self) -> bool:
+        return self.fenced_by is not None
+
+
+class PeerState(enum.Enum):
+    LIVE = "live"  # counter moving, or not yet still for LEASE_SECONDS: counts for share and ranking
+    WITHDRAWN = "withdrawn"  # leaving gracefully: not counted, still watched until it falls silent
+    DEAD = "dead"  # counter still for LEASE_SECONDS on our clock: fence it with `hb = verdict.hb`
+    FENCED = "fenced"  # already fenced; `fence_kind` says suspected or confirmed
+    GONE = "gone"  # seen before, no longer listed (reported once, then forgotten)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    worker_id: str
+    state: PeerState
+    hb: int | None  # the counter value last seen (the `:seen` of a fence)
+    still_for: float  # seconds on our clock since we first saw this counter value
+    session: SessionInfo | None  # None only for GONE
+
+    @property
+    def fence_kind(self) -> str | None:
+        return self.session.fence_kind if self.session else None
+
+
+@dataclass(slots=True)
+class _Sighting:
+    hb: int
+    first_seen: float
+
+
+class Observer:
+    """Keeps, per peer, the last counter value and when this observer first saw it."""
+
+    def __init__(self, me: str, lease_seconds: float) -> None:
+        self._me = me
+        self._lease_seconds = lease_seconds
+        self._seen: dict[str, _Sighting] = {}
+
+    def observe(self, sessions: Iterable[SessionInfo], now: float) -> list[Verdict]:
+        """Judge a listing. `now` must be read AFTER the listing returned: a value seen in it
+        was written before that instant, which is what makes the wait start late, never early
+        (a `now` taken before sending the read could precede the heartbeat it returns)."""
+        verdicts: list[Verdict] = []
+        listed: set[str] = set()
+        for session in sessions:
+            listed.add(session.worker_id)
+            verdicts.append(self._judge(session, now))
+        for worker_id in sorted(set(self._seen) - listed):
+            last = self._seen.pop(worker_id)
+            verdicts.append(Verdict(worker_id, PeerState.GONE, last.hb, now - last.first_seen, None))
+        return verdicts
+
+    def _judge(self, session: SessionInfo, now: float) -> Verdict:
+        sighting = self._seen.get(session.worker_id)
+        if sighting is None or sighting.hb != session.hb:
+            sighting = self._seen[session.worker_id] = _Sighting(session.hb, now)
+        still_for = now - sighting.first_seen
+        if session.fenced:
+            state = PeerState.FENCED
+        elif session.worker_id == self._me:
+            state = PeerState.WITHDRAWN if session.withdrawn else PeerState.LIVE  # never judge ourselves
+        elif still_for >= self._lease_seconds:
+            state = PeerState.DEAD
+        elif session.withdrawn:
+            state = PeerState.WITHDRAWN
+        else:
+            state = PeerState.LIVE
+        return Verdict(session.worker_id, state, session.hb, still_for, session)
+
+
+def live_worker_ids(verdicts: Iterable[Verdict]) -> list[str]:
+    """The peers that count: for fair share and for rendezvous ranking."""
+    return sorted(v.worker_id for v in verdicts if v.state is PeerState.LIVE)
+
+
+def claimable_kind(verdict: Verdict) -> str | None:
+    """What a fenced peer's fence makes claimable: SUSPECTED (session-held connections only),
+    CONFIRMED (everything it held), or None when it is not fenced."""
+    if verdict.state is not PeerState.FENCED:
+        return None
+    return CONFIRMED if verdict.fence_kind == CONFIRMED else SUSPECTED
+
+
+def session_deadline(sent_at: float, settings: Settings) -> float:
+    """Until when a session holder may deliver, after a heartbeat SENT at monotonic `sent_at`
+    succeeded: LEASE_SECONDS minus the fence margin, and no skew term (no wall clock is used)."""
+    return sent_at + settings.lease_seconds - settings.fence_margin_seconds
+
+
+@dataclass(slots=True)
+class SessionValidity:
+    """The holder's side: the local deadline of its own session, moved only forward."""
+
+    settings: Settings
+    valid_until: float = float("-inf")
+    fenced: bool = False
+
+    def heartbeat_succeeded(self, sent_at: float) -> None:
+        if not self.fenced:
+            self.valid_until = max(self.valid_until, session_deadline(sent_at, self.settings))
+
+    def fence(self) -> None:
+        """The heartbeat was refused (fenced or vanished): invalid at once and for good."""
+        self.fenced = True
+        self.valid_until = float("-inf")
+
+    def is_valid(self, now: float) -> bool:
+        return not self.fenced and now < self.valid_until
