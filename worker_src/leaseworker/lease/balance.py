@@ -21,6 +21,19 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
+class PeerLoad:
+    worker_id: str
+    load: int  # connections it owned at its last heartbeat
+    capacity: int  # its MAX_CONNECTIONS
+
+
+@dataclass(frozen=True, slots=True)
+class FleetView:
+    peers: tuple[PeerLoad, ...]  # the other live workers (not withdrawn, not fenced)
+    free: int  # STARTED connections nobody holds (new, released or expired)
+
+
+@dataclass(frozen=True, slots=True)
 class Share:
     target: int  # connections this worker should hold
     claim: int  # how many more it may claim now

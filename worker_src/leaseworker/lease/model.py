@@ -153,8 +153,12 @@ class Lease:
         A RELEASING lease is extended too: it is still ours until the release lands (its last
         batch may still be in flight to the sink), and the release carries the final checkpoint.
         """
+        self.extend_to(local_deadline(sent_at, settings))
+
+    def extend_to(self, deadline: float) -> None:
+        """Move the local deadline forward (never back) to `deadline`, unless the lease is lost."""
         if self.state in (LeaseState.HELD, LeaseState.RELEASING):
-            self.valid_until = max(self.valid_until, local_deadline(sent_at, settings))
+            self.valid_until = max(self.valid_until, deadline)
 
     def lose(self, reason: str) -> None:
         if self.state is not LeaseState.LOST:

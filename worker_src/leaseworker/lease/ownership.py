@@ -1,30 +1,64 @@
-"""The ownership interface the worker's loops use, and its `connection`-mode implementation.
+"""How a worker holds its own connections: the interface its loops use, and `connection` mode.
 
-The worker never talks to the store directly: it asks an `Ownership` for claimable connections,
-claims them, renews what it holds and checkpoints and releases under the epoch it holds. Session
-mode (DESIGN.md §2b) slots in as a second implementation of the same interface.
+The worker never talks to the connection items directly: it asks an `Ownership` for claimable
+connections, claims them (free ones, or a fenced peer's), checkpoints and releases under the
+epoch it holds. Two implementations: `ConnectionLeases` (DESIGN.md §2a, a lease per connection
+renewed every heartbeat) and `SessionLeases` (§2b, in session_leases.py: connections held by the
+worker's session item). The session item itself (§2.0) is the same in both modes and is not
+part of this interface.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
-from leaseworker.lease.errors import AcquireUncertain
-from leaseworker.lease.model import ConnectionItem, Lease
-from leaseworker.lease.store import Acquired, AcquireResult, FleetView, LeaseStore, RenewResult
-from leaseworker.settings import Settings
+from leaseworker.lease.errors import AcquireUncertain, StoreError
+from leaseworker.lease.held_store import OwnedConnection, SessionHeldStore
+from leaseworker.lease.model import ConnectionItem, Lease, local_deadline
+from leaseworker.lease.store import Acquired, AcquireResult, LeaseStore, RenewResult, now_ms
+from leaseworker.settings import LeaseMode, Settings
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """One held lease in a checkpoint round: what the sink accepted, what is recorded."""
+
+    lease: Lease
+    delivered_seq: int
+    checkpointed_seq: int
+
+    @property
+    def advanced(self) -> bool:
+        return self.delivered_seq > self.checkpointed_seq
+
+
+@dataclass(frozen=True, slots=True)
+class RoundResult:
+    recorded: frozenset[str]  # connection ids whose delivered_seq is now durable
+    lost: frozenset[str]  # connection ids whose lease turned out to be gone
 
 
 class Ownership(Protocol):
+    mode: LeaseMode
+
     async def find_claimable(self, limit: int) -> list[str]: ...
 
     async def claim(self, connection_id: str) -> AcquireResult: ...
+
+    async def claim_from_dead(
+        self, owned: OwnedConnection, *, dead: str, resume_seq: int, confirmed: bool
+    ) -> AcquireResult: ...
 
     async def resolve_uncertain(self, uncertain: AcquireUncertain) -> Acquired | None: ...
 
     async def renew(self, lease: Lease, *, timeout: float) -> RenewResult: ...
 
-    async def checkpoint(self, lease: Lease, seq: int) -> bool: ...
+    async def checkpoint_round(self, progress: Sequence[Progress]) -> RoundResult: ...
+
+    async def stopped_held(self) -> list[str]: ...
 
     async def release(self, lease: Lease, last_seq: int | None) -> bool: ...
 
@@ -34,18 +68,15 @@ class Ownership(Protocol):
 
     async def status(self, connection_id: str) -> ConnectionItem | None: ...
 
-    async def announce(self, *, load: int) -> None: ...
-
-    async def withdraw(self) -> None: ...
-
-    async def fleet_view(self) -> FleetView: ...
-
 
 class ConnectionLeases:
     """`connection` mode: one lease per connection item, each renewed every heartbeat."""
 
-    def __init__(self, store: LeaseStore, settings: Settings) -> None:
+    mode: LeaseMode = "connection"
+
+    def __init__(self, store: LeaseStore, held: SessionHeldStore, settings: Settings) -> None:
         self._store = store
+        self._held = held
         self._settings = settings
         self._me = settings.worker_id
 
@@ -55,14 +86,45 @@ class ConnectionLeases:
     async def claim(self, connection_id: str) -> AcquireResult:
         return await self._store.acquire(connection_id, self._me)
 
+    async def claim_from_dead(
+        self, owned: OwnedConnection, *, dead: str, resume_seq: int, confirmed: bool
+    ) -> AcquireResult:
+        """A fenced peer's connection, held from now on by a lease of our own (mixed fleets)."""
+        sent_at = time.monotonic()
+        return await self._held.claim_from_dead(
+            owned.connection_id,
+            self._me,
+            dead=dead,
+            epoch=owned.epoch,
+            resume_seq=resume_seq,
+            valid_until=local_deadline(sent_at, self._settings),
+            confirmed=confirmed,
+            expires_at_ms=now_ms() + int(self._settings.lease_seconds * 1000),
+        )
+
     async def resolve_uncertain(self, uncertain: AcquireUncertain) -> Acquired | None:
         return await self._store.resolve_uncertain(uncertain, self._me)
 
     async def renew(self, lease: Lease, *, timeout: float) -> RenewResult:
         return await self._store.renew(lease, timeout=timeout)
 
-    async def checkpoint(self, lease: Lease, seq: int) -> bool:
-        return await self._store.checkpoint(lease, seq)
+    async def checkpoint_round(self, progress: Sequence[Progress]) -> RoundResult:
+        """One conditional write per advanced lease (the caller bounds the concurrency)."""
+        recorded: set[str] = set()
+        lost: set[str] = set()
+        for entry in progress:
+            if not entry.advanced:
+                continue
+            cid = entry.lease.connection_id
+            try:
+                ok = await self._store.checkpoint(entry.lease, entry.delivered_seq)
+            except StoreError:
+                continue
+            (recorded if ok else lost).add(cid)
+        return RoundResult(frozenset(recorded), frozenset(lost))
+
+    async def stopped_held(self) -> list[str]:
+        return []  # a renewal refused on desired_state tells us, one heartbeat after the stop
 
     async def release(self, lease: Lease, last_seq: int | None) -> bool:
         return await self._store.release(lease, last_seq)
@@ -75,12 +137,3 @@ class ConnectionLeases:
 
     async def status(self, connection_id: str) -> ConnectionItem | None:
         return await self._store.get(connection_id)
-
-    async def announce(self, *, load: int) -> None:
-        await self._store.announce(self._me, load=load, capacity=self._settings.max_connections)
-
-    async def withdraw(self) -> None:
-        await self._store.withdraw(self._me)
-
-    async def fleet_view(self) -> FleetView:
-        return await self._store.fleet_view()

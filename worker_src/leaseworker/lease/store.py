@@ -29,8 +29,6 @@ from leaseworker.lease.errors import (
 from leaseworker.lease.model import (
     NO_CHECKPOINT,
     STARTED,
-    WORKER_KEY_PREFIX,
-    WORKER_STATE,
     ConnectionItem,
     Lease,
     MalformedItem,
@@ -39,10 +37,7 @@ from leaseworker.lease.model import (
 from leaseworker.settings import Settings
 
 GSI_BY_STATE_EXPIRY = "by-state-expiry"
-# Workers' own items carry a DynamoDB TTL (`purge_at`, epoch seconds) so that the items of
-# workers that died without withdrawing are garbage-collected days later (never sooner: TTL
-# deletion is eventual, and a peer may still be taking over from a dead worker).
-PURGE_AFTER_SECONDS = 3 * 24 * 3600
+
 
 # Condition expressions, named once (STYLE.md §11).
 COND_ACQUIRE = (
@@ -80,19 +75,6 @@ T = TypeVar("T")
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class PeerSession:
-    worker_id: str
-    load: int  # connections it owned at its last heartbeat
-    capacity: int  # its MAX_CONNECTIONS
-
-
-@dataclass(frozen=True, slots=True)
-class FleetView:
-    sessions: tuple[PeerSession, ...]  # the live workers, ourselves included once visible
-    free: int  # STARTED connections nobody holds (new, released or expired)
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,108 +330,19 @@ class LeaseStore:
         item = response.get("Item")
         return ConnectionItem.from_attributes(item) if item else None
 
-    # ------------------------------------------------------------------ fleet presence
+    # ------------------------------------------------------------------ queries
 
-    async def announce(self, me: str, *, load: int, capacity: int) -> None:
-        """Write this worker's presence item (`worker#<id>`), live for one lease period.
+    async def query(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """One page of a Query, under the store's deadline and error translation."""
+        return dict(await self._call(self._client.query(**kwargs)))
 
-        Presence costs one write per worker per heartbeat, whatever the number of connections.
-        It sits in the GSI under desired_state = WORKER, so peers count live workers with one
-        query, and it is what lets a worker that holds nothing yet get its fair share.
+    async def count_free(self) -> int:
+        """STARTED connections nobody holds: new (expiry 0), released (0) or expired.
+
+        Reads only the free part of the index (COUNT costs what returning the keys costs), never
+        every connection item.
         """
-        now = now_ms()
-        await self._call(
-            self._client.put_item(
-                TableName=self._table,
-                Item={
-                    "connection_id": {"S": f"{WORKER_KEY_PREFIX}{me}"},
-                    "desired_state": {"S": WORKER_STATE},
-                    "lease_expires_at_ms": {"N": str(now + self._lease_ms)},
-                    "load": {"N": str(load)},
-                    "capacity": {"N": str(capacity)},
-                    "updated_at_ms": {"N": str(now)},
-                    "purge_at": {"N": str(now // 1000 + PURGE_AFTER_SECONDS)},
-                },
-            )
-        )
-
-    async def withdraw(self, me: str) -> None:
-        await self._call(
-            self._client.delete_item(
-                TableName=self._table, Key={"connection_id": {"S": f"{WORKER_KEY_PREFIX}{me}"}}
-            )
-        )
-
-    async def fleet_view(self) -> FleetView:
-        """The live workers' load and capacity, and how many connections are free.
-
-        Costs O(workers) small reads (a KEYS_ONLY query of the WORKER partition, then one
-        BatchGetItem) plus a COUNT over the free connections only: never a count over every
-        connection item.
-
-        A presence item counts as dead MAX_CLOCK_SKEW_MS *before* its expiry, whereas a lease is
-        claimable only MAX_CLOCK_SKEW_MS *after* its own: so by the time a dead worker's leases
-        can be taken over, no survivor still counts it, and its share is already theirs. This
-        only shapes balance, never safety: a live worker re-announces every heartbeat, long
-        before that point.
-        """
-        now = now_ms()
-        keys = await self._query_keys(
-            "desired_state = :s AND lease_expires_at_ms > :t",
-            {":s": {"S": WORKER_STATE}, ":t": {"N": str(now + self._settings.max_clock_skew_ms)}},
-        )
-        sessions = await self._read_presence(keys)
-        free = await self._count_free(now - self._settings.max_clock_skew_ms)
-        return FleetView(sessions=tuple(sessions), free=free)
-
-    async def _query_keys(self, condition: str, values: dict[str, Any]) -> list[str]:
-        found: list[str] = []
-        start_key: dict[str, Any] | None = None
-        while True:
-            kwargs: dict[str, Any] = {
-                "TableName": self._table,
-                "IndexName": GSI_BY_STATE_EXPIRY,
-                "KeyConditionExpression": condition,
-                "ExpressionAttributeValues": values,
-            }
-            if start_key:
-                kwargs["ExclusiveStartKey"] = start_key
-            response = await self._call(self._client.query(**kwargs))
-            found.extend(item["connection_id"]["S"] for item in response.get("Items", []))
-            start_key = response.get("LastEvaluatedKey")
-            if not start_key:
-                return found
-
-    async def _read_presence(self, keys: list[str]) -> list[PeerSession]:
-        sessions: list[PeerSession] = []
-        pending: list[dict[str, Any]] = [{"connection_id": {"S": key}} for key in keys]
-        while pending:
-            chunk, pending = pending[:100], pending[100:]  # the BatchGetItem maximum
-            response = await self._call(
-                self._client.batch_get_item(
-                    RequestItems={
-                        self._table: {
-                            "Keys": chunk,
-                            # Both are DynamoDB reserved words.
-                            "ProjectionExpression": "connection_id, #load, #capacity",
-                            "ExpressionAttributeNames": {"#load": "load", "#capacity": "capacity"},
-                        }
-                    }
-                )
-            )
-            for item in response.get("Responses", {}).get(self._table, []):
-                key = str(item["connection_id"]["S"])
-                sessions.append(
-                    PeerSession(
-                        worker_id=key.removeprefix(WORKER_KEY_PREFIX),
-                        load=int(item.get("load", {}).get("N", "0")),
-                        capacity=int(item.get("capacity", {}).get("N", "0")),
-                    )
-                )
-            unprocessed = response.get("UnprocessedKeys", {}).get(self._table)
-            if unprocessed:
-                pending = [dict(key) for key in unprocessed["Keys"]] + pending
-        return sessions
+        return await self._count_free(now_ms() - self._settings.max_clock_skew_ms)
 
     async def _count_free(self, threshold: int) -> int:
         total = 0

@@ -65,6 +65,8 @@ class MetricName(StrEnum):
     SelfFenced = "SelfFenced"
     OrphansSeen = "OrphansSeen"
     TakeoverSeconds = "TakeoverSeconds"
+    TakeoversByFence = "TakeoversByFence"  # claimed from a fenced session (supervisor or observer)
+    TakeoversByExpiry = "TakeoversByExpiry"  # claimed after a connection-mode lease expired
     HandoffSeconds = "HandoffSeconds"
     MessagesDelivered = "MessagesDelivered"
     SinkErrors = "SinkErrors"
@@ -85,6 +87,8 @@ METRIC_KINDS: dict[MetricName, MetricKind] = {
     MetricName.SelfFenced: "counter",
     MetricName.OrphansSeen: "counter",
     MetricName.TakeoverSeconds: "observation",
+    MetricName.TakeoversByFence: "counter",
+    MetricName.TakeoversByExpiry: "counter",
     MetricName.HandoffSeconds: "observation",
     MetricName.MessagesDelivered: "counter",
     MetricName.SinkErrors: "counter",

@@ -17,7 +17,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 
-from leaseworker.lease.balance import fair_share
+from leaseworker.lease.balance import FleetView, fair_share
 from leaseworker.lease.errors import AcquireUncertain, StoreError
 from leaseworker.lease.ownership import Ownership
 from leaseworker.lease.store import Acquired, AcquireResult, Lost, Malformed
@@ -46,7 +46,8 @@ class Acquirer:
         tracing: Tracing,
         *,
         stop_acquiring: asyncio.Event,
-        start: Callable[[Acquired], None],
+        start: Callable[[Acquired, int | None], None],
+        fleet_view: Callable[[], Awaitable[FleetView]],
         give_back: Callable[[Acquired], Awaitable[None]],
     ) -> None:
         self._ownership = ownership
@@ -56,10 +57,12 @@ class Acquirer:
         self._tracing = tracing
         self._stop = stop_acquiring
         self._start = start
+        self._fleet_view = fleet_view
         self._give_back = give_back
         self._gate = asyncio.Semaphore(CLAIM_CONCURRENCY)
         self.target = settings.max_connections  # refined by each fleet view
         self.viewed_at = -math.inf
+        self._previous_shed = 0
 
     async def run(self) -> None:
         while not self._stop.is_set():
@@ -73,6 +76,7 @@ class Acquirer:
 
     async def reconcile(self) -> None:
         await self.refresh_share()
+        await self._release_stopped()
         capacity = self.capacity()
         if capacity <= 0:
             return
@@ -93,14 +97,13 @@ class Acquirer:
     async def refresh_share(self) -> None:
         """Recompute this worker's fair share; on a store error keep the previous one."""
         try:
-            view = await self._ownership.fleet_view()
+            view = await self._fleet_view()
         except StoreError as error:
             self._metrics.count(MetricName.LeaseAcquireFailures)
             logger.warning("fleet view failed; keeping the previous share", extra={"error": str(error)})
             return
         self.viewed_at = time.monotonic()
-        me = self._settings.worker_id
-        peers = [session for session in view.sessions if session.worker_id != me]
+        peers = view.peers
         owned = len(self._registry.held())
         share = fair_share(
             owned=owned,
@@ -110,8 +113,24 @@ class Acquirer:
             to_own=owned + len(self._registry.claiming) + sum(p.load for p in peers) + view.free,
         )
         self.target = share.target
-        if share.shed:
-            self._shed(share.shed)
+        # Peers' published loads lag by up to a heartbeat, so one view can show an excess that
+        # is not there (a peer's claim counted neither as its load nor as free). Shed only what
+        # two consecutive views agree on: a real excess persists, a lagging one does not.
+        if share.shed and self._previous_shed:
+            self._shed(min(share.shed, self._previous_shed))
+        self._previous_shed = share.shed
+
+    async def _release_stopped(self) -> None:
+        """Session mode: an operator's stop is noticed here (no per-connection renewal tells us)."""
+        try:
+            stopped = await self._ownership.stopped_held()
+        except StoreError as error:
+            logger.warning("could not query stopped connections", extra={"error": str(error)})
+            return
+        for connection_id in stopped:
+            owned = self._registry.owned.get(connection_id)
+            if owned is not None:
+                owned.session.request_release("desired_state STOPPED")
 
     def capacity(self) -> int:
         limit = min(self._settings.max_connections, self.target)
@@ -127,28 +146,39 @@ class Acquirer:
         for owned in newest:
             owned.session.request_release("rebalance: above fair share")
 
-    async def claim(self, connection_id: str) -> None:
-        """Claim one connection. It counts as "claiming" until its session is registered or the
-        lease is given back, so a shutdown that begins meanwhile waits for it (never orphaned)."""
+    async def claim(
+        self,
+        connection_id: str,
+        *,
+        attempt: Callable[[], Awaitable[AcquireResult]] | None = None,
+        takeover_since_ms: int | None = None,
+    ) -> bool:
+        """Claim one connection (free by default; `attempt` claims it another way, e.g. from a
+        fenced peer). It counts as "claiming" until its session is registered or the lease is
+        given back, so a shutdown that begins meanwhile waits for it (never orphaned).
+        True when a session was started."""
         if self._registry.busy(connection_id) or self._stop.is_set() or self.capacity() <= 0:
-            return
+            return False
         self._registry.claiming.add(connection_id)  # counted by capacity() from here on
         try:
             async with self._gate:
-                result = await self._attempt(connection_id)
+                result = await self._attempt(connection_id, attempt)
             if not isinstance(result, Acquired):
-                return
+                return False
             if self._stop.is_set():
                 await self._give_back(result)
-                return
-            self._start(result)  # registered as owned before it stops counting as a claim
+                return False
+            self._start(result, takeover_since_ms)  # registered as owned before it stops being a claim
+            return True
         finally:
             self._registry.claiming.discard(connection_id)
 
-    async def _attempt(self, connection_id: str) -> AcquireResult | None:
+    async def _attempt(
+        self, connection_id: str, attempt: Callable[[], Awaitable[AcquireResult]] | None
+    ) -> AcquireResult | None:
         try:
             with self._tracing.span("lease.acquire", connection_id=connection_id):
-                result = await self._ownership.claim(connection_id)
+                result = await (attempt() if attempt is not None else self._ownership.claim(connection_id))
         except AcquireUncertain as uncertain:
             self._metrics.count(MetricName.LeaseAcquireFailures)
             logger.warning(

@@ -1,8 +1,9 @@
 """The worker: one root TaskGroup running the loops of DESIGN.md §3.
 
 - acquire/reconcile (`Acquirer`): claim free connections up to the fair share;
-- renewals (`LeaseKeeper`): every lease on its own schedule, each under its own deadline;
-- presence: this worker's own item, every HEARTBEAT_SECONDS;
+- renewals (`LeaseKeeper`, connection mode): every lease on its own schedule and deadline;
+- the session heartbeat (`SessionHeartbeat`, both modes): our session item, every heartbeat;
+- peers (`PeerWatch`): judge the other sessions, fence the silent, take over the fenced;
 - checkpoints (`Checkpointer`): one conditional write per advanced session per round;
 - notifications (`Hints`): the SQS fast path (a hint; reconcile is the backstop);
 - metrics: gauges and an EMF flush every METRICS_SECONDS;
@@ -17,18 +18,25 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
+from leaseworker.lease.balance import FleetView
+from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.errors import StoreError
+from leaseworker.lease.held_store import SESSION_HELD, SessionHeldStore
+from leaseworker.lease.liveness import CONFIRMED, SessionValidity
 from leaseworker.lease.ownership import Ownership
-from leaseworker.lease.store import Acquired, now_ms
+from leaseworker.lease.session_store import Fenced, SessionStore
+from leaseworker.lease.store import Acquired, LeaseStore, now_ms
 from leaseworker.notify import Notifier
 from leaseworker.observability.logging import get_logger, log_context
 from leaseworker.observability.metrics import MetricName, run_metrics_loop
 from leaseworker.worker.acquirer import Acquirer
 from leaseworker.worker.checkpointer import Checkpointer
+from leaseworker.worker.heartbeat import SessionHeartbeat
 from leaseworker.worker.hints import Hints, HintSource
 from leaseworker.worker.keeper import LeaseKeeper
-from leaseworker.worker.loops import survive
+from leaseworker.worker.peers import PeerWatch
 from leaseworker.worker.registry import Owned, Registry
 from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, SessionResult
 from leaseworker.worker.waits import wait_any
@@ -39,16 +47,40 @@ SHUTDOWN_MARGIN_SECONDS = 2.0  # left of SHUTDOWN_GRACE_SECONDS for client teard
 RELEASE_RETRY_DELAYS = (0.2, 0.5, 1.0)  # a failed release is retried, then left to expire
 
 
+@dataclass(frozen=True, slots=True)
+class Coordination:
+    """Everything the worker coordinates through: one store per item kind, and how it holds."""
+
+    ownership: Ownership
+    leases: LeaseStore
+    sessions: SessionStore
+    held: SessionHeldStore
+    checkpoints: CheckpointStore
+    validity: SessionValidity
+
+
+class WorkerFenced(Exception):
+    """Our session was fenced by a peer or the supervisor: everything was dropped, exit non-zero."""
+
+    def __init__(self, fenced: Fenced) -> None:
+        by = fenced.fenced_by or "unknown"
+        super().__init__(f"session fenced by {by} ({fenced.kind}): {fenced.reason or 'no reason'}")
+        self.fenced = fenced
+
+
 class Worker:
     def __init__(
         self,
         *,
-        ownership: Ownership,
+        coordination: Coordination,
         deps: SessionDeps,
         notifier: Notifier,
         notifications: HintSource | None = None,
         on_heartbeat: Callable[[], None] | None = None,
+        task_arn: str | None = None,
     ) -> None:
+        ownership = coordination.ownership
+        self._coordination = coordination
         self._ownership = ownership
         self._deps = deps
         self._settings = deps.settings
@@ -56,17 +88,44 @@ class Worker:
         self._tracing = deps.tracing
         self._notifier = notifier
         self._notifications = notifications
-        self._on_heartbeat = on_heartbeat
         self._registry = Registry()
         self._stop_acquiring = asyncio.Event()  # shutdown step 1
-        self._loops_done = asyncio.Event()  # renewals/checkpoints/metrics may end
+        self._loops_done = asyncio.Event()  # renewals/heartbeats/checkpoints/metrics may end
+        self._fenced_event = asyncio.Event()
+        self._fenced: Fenced | None = None
         self._group: asyncio.TaskGroup | None = None
         parts = (ownership, self._registry, self._settings, self._metrics, self._tracing)
         self._acquirer = Acquirer(
-            *parts, stop_acquiring=self._stop_acquiring, start=self._start_session, give_back=self._give_back
+            *parts,
+            stop_acquiring=self._stop_acquiring,
+            start=self._start_session,
+            give_back=self._give_back,
+            fleet_view=self._fleet_view,
         )
         self._keeper = LeaseKeeper(*parts)
         self._checkpointer = Checkpointer(*parts)
+        self._heartbeat = SessionHeartbeat(
+            sessions=coordination.sessions,
+            registry=self._registry,
+            validity=coordination.validity,
+            settings=self._settings,
+            tracing=self._tracing,
+            on_fenced=self._on_fenced,
+            on_beat=on_heartbeat,
+            task_arn=task_arn,
+        )
+        self._peers = PeerWatch(
+            sessions=coordination.sessions,
+            held=coordination.held,
+            checkpoints=coordination.checkpoints,
+            ownership=ownership,
+            registry=self._registry,
+            acquirer=self._acquirer,
+            settings=self._settings,
+            metrics=self._metrics,
+            tracing=self._tracing,
+            stop_acquiring=self._stop_acquiring,
+        )
         self._hints = Hints(
             ownership=ownership,
             registry=self._registry,
@@ -90,11 +149,15 @@ class Worker:
             logger.info("worker starting", extra={"lease_mode": self._settings.lease_mode})
             async with asyncio.TaskGroup() as group:
                 self._group = group
-                await self._announce()  # peers count us before we claim anything
+                # Our session first (peers count us, and in session mode it is what we hold
+                # connections by), then one look at the peers, for a fair share from the start.
+                await self._heartbeat.beat()
+                if self._fenced is None:
+                    await self._peers.round()
                 loops = [
                     self._acquirer.run(),
-                    self._keeper.run(self._loops_done),
-                    self._presence_loop(),
+                    self._heartbeat.run(self._loops_done),
+                    self._peers.run(),
                     self._checkpointer.run(self._loops_done),
                     run_metrics_loop(
                         self._metrics,
@@ -103,15 +166,26 @@ class Worker:
                         sample=self._sample,
                     ),
                 ]
+                if self._settings.lease_mode == "connection":
+                    loops.append(self._keeper.run(self._loops_done))
                 if self._notifications is not None:
                     loops.append(self._hints.run(self._notifications))
                 tasks = [group.create_task(loop) for loop in loops]
-                await stop.wait()
+                await wait_any(None, stop, self._fenced_event)
                 await self._shutdown()
                 # Nothing is held any more: the loops have nothing left to do, so they need not finish.
                 for task in tasks:
                     task.cancel()
             logger.info("worker stopped")
+        if self._fenced is not None:
+            raise WorkerFenced(self._fenced)
+
+    def _on_fenced(self, fenced: Fenced) -> None:
+        """Peers may be claiming our connections already: drop every one at once, deliver nothing."""
+        self._fenced = fenced
+        for owned in list(self._registry.owned.values()):
+            owned.session.lose(f"our session was fenced ({fenced.kind})")
+        self._fenced_event.set()
 
     # ------------------------------------------------------------------ shutdown
 
@@ -142,6 +216,7 @@ class Worker:
             for owned in list(registry.owned.values()):
                 if owned.task is not None:
                     owned.task.cancel()
+        await self._leave()
         self._loops_done.set()
         self._metrics.set_gauge(MetricName.ActiveConnections, len(registry))
         self._metrics.flush()
@@ -149,16 +224,21 @@ class Worker:
 
     # ------------------------------------------------------------------ sessions
 
-    def _start_session(self, acquired: Acquired) -> None:
+    def _start_session(self, acquired: Acquired, takeover_since_ms: int | None = None) -> None:
         lease = acquired.lease
         previous = acquired.previous
         self._metrics.count(MetricName.LeasesAcquired)
         how = "new"
         now = now_ms()
-        if previous is not None and previous.lease_epoch > 0:
-            if previous.lease_expires_at_ms > 0:
+        if takeover_since_ms is not None:
+            how = "takeover by fence"
+            self._metrics.count(MetricName.TakeoversByFence)
+            self._metrics.observe(MetricName.TakeoverSeconds, max(0, now - takeover_since_ms) / 1000)
+        elif previous is not None and previous.lease_epoch > 0:
+            if 0 < previous.lease_expires_at_ms < SESSION_HELD:
                 # It expired: time since its last renewal started the lease it failed to renew.
-                how = "takeover"
+                how = "takeover by expiry"
+                self._metrics.count(MetricName.TakeoversByExpiry)
                 last_renewal = previous.lease_expires_at_ms - int(self._settings.lease_seconds * 1000)
                 self._metrics.observe(MetricName.TakeoverSeconds, max(0, now - last_renewal) / 1000)
             elif previous.updated_at_ms:
@@ -236,34 +316,32 @@ class Worker:
             await self._ownership.release(acquired.lease, None)
             await self._notifier.connection_changed(acquired.lease.connection_id)
 
-    # ------------------------------------------------------------------ presence
+    # ------------------------------------------------------------------ the fleet
 
-    async def _presence_loop(self) -> None:
-        period = self._settings.heartbeat_seconds
-        next_at = time.monotonic() + period
-        while not self._stop_acquiring.is_set():
-            await wait_any(max(0.0, next_at - time.monotonic()), self._stop_acquiring)
-            next_at = max(next_at + period, time.monotonic())  # after a pause, do not fire a burst
-            if self._stop_acquiring.is_set():
-                return
-            with survive("presence"):
-                await self._announce()
-
-    async def _announce(self) -> None:
-        try:
-            await self._ownership.announce(load=len(self._registry))
-        except StoreError as error:
-            logger.warning("presence heartbeat failed", extra={"error": str(error)})
-            return
-        if self._on_heartbeat is not None:
-            self._on_heartbeat()
+    async def _fleet_view(self) -> FleetView:
+        return FleetView(peers=self._peers.peers, free=await self._coordination.leases.count_free())
 
     async def _withdraw(self) -> None:
+        """Shutdown step 1: peers stop counting us; our session keeps beating while we release."""
         try:
             async with asyncio.timeout(2.0):
-                await self._ownership.withdraw()
+                await self._coordination.sessions.withdraw(self._settings.worker_id)
         except (StoreError, TimeoutError) as error:
-            logger.warning("could not withdraw presence; it will expire", extra={"error": str(error)})
+            logger.warning("could not withdraw our session", extra={"error": str(error)})
+
+    async def _leave(self) -> None:
+        """Last: fence our own session as a confirmed (clean) exit, so that peers can claim at
+        once anything a failed release left behind, and reap the item."""
+        if self._fenced is not None:
+            return
+        me = self._settings.worker_id
+        try:
+            async with asyncio.timeout(2.0):
+                await self._coordination.sessions.fence(
+                    me, seen_hb=None, me=me, kind=CONFIRMED, reason="exited after its ordered shutdown"
+                )
+        except (StoreError, TimeoutError) as error:
+            logger.warning("could not close our session; peers will fence it", extra={"error": str(error)})
 
     # ------------------------------------------------------------------ metrics
 

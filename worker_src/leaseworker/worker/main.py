@@ -7,23 +7,32 @@ import os
 import signal
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import aioboto3
 
 from leaseworker.aws import dynamodb_client, sqs_client
-from leaseworker.lease.ownership import ConnectionLeases
+from leaseworker.lease.checkpoint_store import CheckpointStore, check_checkpoint_capacity
+from leaseworker.lease.held_store import SessionHeldStore
+from leaseworker.lease.liveness import SessionValidity
+from leaseworker.lease.ownership import ConnectionLeases, Ownership
+from leaseworker.lease.session_leases import SessionLeases
+from leaseworker.lease.session_store import SessionStore
 from leaseworker.lease.store import LeaseStore
 from leaseworker.notify import Notifier, notifications
 from leaseworker.observability.logging import configure_logging, get_logger
 from leaseworker.observability.metrics import DEFAULT_NAMESPACE, WorkerMetrics
 from leaseworker.observability.tracing import configure_tracing
 from leaseworker.protocol.seqfeed import SeqfeedProtocol
-from leaseworker.settings import Settings, SettingsError
+from leaseworker.settings import Settings
 from leaseworker.sinks.base import Sink
 from leaseworker.sinks.factory import open_sink
-from leaseworker.worker.app import Worker
+from leaseworker.worker.app import Coordination, Worker
+from leaseworker.worker.ecs import ecs_task_arn
 from leaseworker.worker.session import SessionDeps
+
+if TYPE_CHECKING:
+    from types_aiobotocore_dynamodb import DynamoDBClient
 
 logger = get_logger(__name__)
 
@@ -40,10 +49,8 @@ async def build_worker(
     """Open every client once, in `stack`, and assemble the worker from them.
 
     `sink` replaces the one SINK names (tests inject faulty sinks this way)."""
-    if settings.lease_mode != "connection":
-        raise SettingsError(
-            "LEASE_MODE", settings.lease_mode, "only 'connection' is available in this version"
-        )
+    if settings.lease_mode == "session":
+        check_checkpoint_capacity(settings.max_connections)
     session = aioboto3.Session()
     ddb = await dynamodb_client(stack, session, settings)
     sink = sink or await open_sink(
@@ -75,12 +82,34 @@ async def build_worker(
         settings=settings, sink=sink, protocol=SeqfeedProtocol(), metrics=metrics, tracing=tracing
     )
     worker = Worker(
-        ownership=ConnectionLeases(LeaseStore(ddb, settings), settings),
+        coordination=coordination(ddb, settings),
         deps=deps,
         notifier=notifier,
         notifications=source,
+        task_arn=await ecs_task_arn(),
     )
     return worker, metrics
+
+
+def coordination(ddb: DynamoDBClient, settings: Settings) -> Coordination:
+    """One store per item kind, composed into the lease mode this worker holds by."""
+    leases = LeaseStore(ddb, settings)
+    held = SessionHeldStore(ddb, settings)
+    checkpoints = CheckpointStore(ddb, settings.table_name)
+    validity = SessionValidity(settings)
+    ownership: Ownership
+    if settings.lease_mode == "session":
+        ownership = SessionLeases(leases, held, checkpoints, validity, settings)
+    else:
+        ownership = ConnectionLeases(leases, held, settings)
+    return Coordination(
+        ownership=ownership,
+        leases=leases,
+        sessions=SessionStore(ddb, settings.table_name),
+        held=held,
+        checkpoints=checkpoints,
+        validity=validity,
+    )
 
 
 async def run_worker(settings: Settings) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 
-async def wait_any(timeout: float, *events: asyncio.Event) -> None:
-    """Sleep up to `timeout`, waking early when any event is set."""
+async def wait_any(timeout: float | None, *events: asyncio.Event) -> None:
+    """Sleep up to `timeout` (None: no limit), waking early when any event is set."""
     if any(event.is_set() for event in events):
         return
     waiters = [asyncio.ensure_future(event.wait()) for event in events]
