@@ -89,6 +89,10 @@ class _TableExists(Exception):
     pass
 
 
+class _ConditionLost(Exception):
+    pass
+
+
 _TRANSACTION_CANCELED = "TransactionCanceledException"
 _ADMIN_PASSTHROUGH = frozenset({CONDITION_FAILED, _TRANSACTION_CANCELED, "ResourceInUseException"})
 
@@ -248,7 +252,8 @@ class LeaseTableAdmin:
                         UpdateExpression=UPDATE_TOMBSTONE,
                         ConditionExpression=tombstone.condition,
                         ExpressionAttributeValues=tombstone.values,
-                    )
+                    ),
+                    on_condition_failed=_ConditionLost(),
                 )
             else:
                 # The session's fence and the tombstone in one transaction: no window between them.
@@ -273,12 +278,11 @@ class LeaseTableAdmin:
                                 }
                             },
                         ]
-                    )
+                    ),
+                    on_condition_failed=_ConditionLost(),
                 )
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") in (CONDITION_FAILED, _TRANSACTION_CANCELED):
-                return False
-            raise translate_client_error(error) from error
+        except _ConditionLost:
+            return False
         return True
 
     async def show(self, connection_id: str) -> dict[str, Any]:
