@@ -6,6 +6,7 @@ Every default is documented once, here (DESIGN.md §7 mirrors it). A broken rule
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import secrets
@@ -19,6 +20,7 @@ LeaseMode = Literal["connection", "session"]
 DEFAULT_TABLE = "leaseworker-connections"
 ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 SHUTDOWN_GRACE_LIMIT_SECONDS = 120  # the Fargate stopTimeout ceiling
+NOT_FINITE_RULE = "must be a finite number, not NaN or infinity"
 
 
 class SettingsError(ValueError):
@@ -54,6 +56,19 @@ class Settings:
     def __post_init__(self) -> None:
         self.validate()
 
+    def numbers(self) -> tuple[tuple[str, float], ...]:
+        """Every numeric setting, by its environment variable."""
+        return (
+            ("LEASE_SECONDS", self.lease_seconds),
+            ("HEARTBEAT_SECONDS", self.heartbeat_seconds),
+            ("RECONCILE_SECONDS", self.reconcile_seconds),
+            ("CHECKPOINT_SECONDS", self.checkpoint_seconds),
+            ("MAX_CLOCK_SKEW_MS", self.max_clock_skew_ms),
+            ("MAX_CONNECTIONS", self.max_connections),
+            ("METRICS_SECONDS", self.metrics_seconds),
+            ("SHUTDOWN_GRACE_SECONDS", self.shutdown_grace_seconds),
+        )
+
     @property
     def max_clock_skew_seconds(self) -> float:
         return self.max_clock_skew_ms / 1000.0
@@ -73,6 +88,10 @@ class Settings:
         return self.lease_seconds - self.max_clock_skew_seconds - self.fence_margin_seconds
 
     def validate(self) -> None:
+        for name, number in self.numbers():
+            # NaN compares false with everything, so without this every rule below would pass it.
+            if isinstance(number, float) and not math.isfinite(number):  # an int is always finite
+                raise SettingsError(name, number, NOT_FINITE_RULE)
         if not self.table_name:
             raise SettingsError("TABLE_NAME", self.table_name, "is required")
         if self.lease_mode not in ("connection", "session"):
@@ -137,11 +156,28 @@ def _number(env: Mapping[str, str], name: str, default: float, parse: Callable[[
     raw = env.get(name)
     if raw is None or raw == "":
         return default
+    text = raw.strip()
     try:
-        return parse(raw.strip())
+        as_float = float(text)
+    except ValueError:
+        as_float = 0.0  # not a number at all: `parse` below says so with the variable's kind
+    # float() reads "nan", "inf", "-Infinity" and overflows "1e999" to inf: refuse them all here,
+    # for integer variables too, with the rule rather than a bare "must be an integer".
+    if not math.isfinite(as_float):
+        raise SettingsError(name, raw, NOT_FINITE_RULE)
+    try:
+        return parse(text)
     except ValueError:
         kind = "an integer" if parse is int else "a number"
         raise SettingsError(name, raw, f"must be {kind}") from None
+
+
+def max_clock_skew_ms_from(env: Mapping[str, str]) -> int:
+    """MAX_CLOCK_SKEW_MS alone, for the operator CLI, which judges lease expiry like an acquirer."""
+    skew = int(_number(env, "MAX_CLOCK_SKEW_MS", 1000, int))
+    if skew < 0:
+        raise SettingsError("MAX_CLOCK_SKEW_MS", skew, "must be >= 0")
+    return skew
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -14,10 +15,11 @@ from rich.console import Console
 from rich.table import Table
 
 from leaseworker.aws import CLI_CLIENT_CONFIG
-from leaseworker.cli.errors import run_async
+from leaseworker.cli.errors import CliError, CliUsageError, run_async
 from leaseworker.cli.main import Target, cli, resolve_target, target_options
-from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.lease.admin import LeaseTableAdmin, ReleaseTimeout
 from leaseworker.notify import Notifier
+from leaseworker.settings import max_clock_skew_ms_from
 
 T = TypeVar("T")
 
@@ -31,15 +33,23 @@ async def _with_admin(
     target: Target, action: Callable[[LeaseTableAdmin], Awaitable[T]], notify: str | None
 ) -> T:
     session = aioboto3.Session()
+    # Lease expiry is judged as an acquirer judges it (remove), with the fleet's skew allowance.
+    skew_ms = max_clock_skew_ms_from(os.environ)
     async with session.client(
         "dynamodb", endpoint_url=target.endpoint_url, config=CLI_CLIENT_CONFIG
     ) as client:
-        result = await action(LeaseTableAdmin(client, target.table))
-    queue_url = os.environ.get("NOTIFY_QUEUE_URL")
-    if notify and queue_url:
-        async with session.client("sqs", config=CLI_CLIENT_CONFIG) as sqs:
-            await Notifier(sqs, queue_url).connection_changed(notify)
+        result = await action(LeaseTableAdmin(client, target.table, max_clock_skew_ms=skew_ms))
+    if notify:
+        await send_hint(session, notify)
     return result
+
+
+async def send_hint(session: aioboto3.Session, connection_id: str) -> None:
+    """The `connection_changed` fast path (DESIGN.md §6) when NOTIFY_QUEUE_URL is set; never raises."""
+    queue_url = os.environ.get("NOTIFY_QUEUE_URL")
+    if queue_url:
+        async with session.client("sqs", config=CLI_CLIENT_CONFIG) as sqs:
+            await Notifier(sqs, queue_url).connection_changed(connection_id)
 
 
 def _run(
@@ -89,10 +99,46 @@ def start(ctx: click.Context, connection_id: str, table: str | None, endpoint_ur
 @target_options
 @connections.command("remove")
 @click.argument("connection_id")
+@click.option("--force", is_flag=True, help="Stop it first, wait for its owner to release it, then remove it")
+@click.option(
+    "--wait",
+    "wait_seconds",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="With --force: how long to wait for the release, in seconds",
+)
 @click.pass_context
-def remove(ctx: click.Context, connection_id: str, table: str | None, endpoint_url: str | None) -> None:
-    """Delete the connection; its owner drops it at the next heartbeat."""
-    _run(ctx, table, endpoint_url, lambda admin: admin.remove(connection_id), notify=connection_id)
+def remove(
+    ctx: click.Context,
+    *,
+    connection_id: str,
+    force: bool,
+    wait_seconds: float,
+    table: str | None,
+    endpoint_url: str | None,
+) -> None:
+    """Remove a STOPPED, released connection (--force: stop it and wait for the release).
+
+    \b
+    Its epoch is kept: a later `add` of the same id continues above it, so
+    consumers and upstreams that remember the highest epoch see it rise.
+    """
+    if not math.isfinite(wait_seconds) or wait_seconds <= 0:
+        raise CliUsageError(f"invalid --wait {wait_seconds!r}: must be a finite number of seconds > 0")
+
+    async def forced(admin: LeaseTableAdmin) -> None:
+        try:
+            await admin.remove_forced(
+                connection_id,
+                hint=lambda: send_hint(aioboto3.Session(), connection_id),
+                wait_seconds=wait_seconds,
+                progress=lambda line: click.echo(line, err=True),
+            )
+        except ReleaseTimeout as timeout:
+            raise CliError(str(timeout)) from None
+
+    _run(ctx, table, endpoint_url, forced if force else lambda admin: admin.remove(connection_id))
     click.echo(f"removed {connection_id}")
 
 

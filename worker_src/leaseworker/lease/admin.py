@@ -1,12 +1,39 @@
 """Operator actions on the lease table: create it, add, stop, start, remove and list connections.
 
-These are the control plane (DESIGN.md §6). They never touch a live lease's owner or epoch
-except through `remove`, which deletes the item: its owner's next renewal then fails and the
-worker drops the connection.
+These are the control plane (DESIGN.md §6). They never touch a live lease's owner or epoch.
+
+The epoch across `remove` and `add`: tombstones
+-----------------------------------------------
+`lease_epoch` is the fencing token that sinks, consumers and upstreams remember per connection
+id (§2), so it never goes backwards for an id, not even across `remove` and a later `add`.
+`remove` therefore never deletes a connection item: it turns it into a *tombstone*, the same
+item STOPPED, with `removed_at_ms`, its `lease_epoch` kept, and no `lease_owner` and no
+`lease_expires_at_ms`. `add` of that id resurrects it and keeps the epoch. Why this is sound:
+
+- Only the workers' acquisitions and claims change `lease_epoch`, and only by `ADD 1`, each a
+  conditional write on one item, which DynamoDB applies linearizably. Nothing here removes the
+  item or the attribute: `remove` rewrites the item in place and `add` sets
+  `lease_epoch = if_not_exists(lease_epoch, 0)`. So every acquisition of a new incarnation
+  reads, and exceeds, the highest epoch any earlier incarnation reached.
+- The tombstone is written only once no worker can still deliver the old incarnation (it is
+  STOPPED and released, `lease.removal`), conditioned on that in the same write. So the old
+  incarnation's records all come before the new one's, and every new epoch is higher (S1).
+- Workers never acquire a tombstone or find it: it is STOPPED (acquisition requires STARTED);
+  without `lease_expires_at_ms` it is absent from `by-state-expiry`, so the orphan query and the
+  fleet counts never see it; without `lease_owner` it is absent from `by-owner`, so no takeover
+  finds it, and no owner-conditioned write (renew, release, checkpoint, claim) can match it.
+  A worker that reads it (after a hint) sees a stopped, released connection. `start`, `stop`
+  and `show` treat it as absent; `list` hides it.
+- An epoch floor seeded from the clock was rejected: it trusts the operator's wall clock to
+  exceed every earlier incarnation's epoch, across hosts and clock steps.
+
+Cost: one small item per removed id, kept for good (no `purge_at`: a TTL deletion would forget
+the epoch). A stale checkpoint entry of the old incarnation can never match a new epoch either.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -14,15 +41,43 @@ from botocore.exceptions import ClientError
 from types_aiobotocore_dynamodb import DynamoDBClient
 
 from leaseworker.lease.errors import TableMissing
-from leaseworker.lease.model import NO_CHECKPOINT, STARTED, STOPPED, ConnectionItem, check_connection_id
+from leaseworker.lease.model import (
+    NO_CHECKPOINT,
+    STARTED,
+    STOPPED,
+    WORKER_KEY_PREFIX,
+    ConnectionItem,
+    check_connection_id,
+)
+from leaseworker.lease.removal import (
+    COND_LIVE,
+    COND_SESSION_FENCED,
+    UPDATE_TOMBSTONE,
+    NotRemovable,
+    ReleaseTimeout,
+    Tombstone,
+    remove_forced,
+    try_remove,
+)
 from leaseworker.lease.store import (
-    COND_EXISTS,
-    COND_NEW,
     CONDITION_FAILED,
     GSI_BY_STATE_EXPIRY,
     call_with_deadline,
     now_ms,
     translate_client_error,
+)
+
+GSI_BY_OWNER = "by-owner"
+TTL_ATTRIBUTE = "purge_at"  # the workers' own items expire through it (DESIGN.md §2.0)
+
+# A new item, or a tombstone (it carries `removed_at_ms`) to resurrect.
+COND_ADDABLE = "attribute_not_exists(connection_id) OR attribute_exists(removed_at_ms)"
+
+# `add`: a new item, or a tombstone resurrected with its epoch kept.
+UPDATE_ADD = (
+    "SET desired_state = :started, ws_url = :url, last_seq = :none, lease_expires_at_ms = :zero, "
+    "failures = :zero, updated_at_ms = :now, lease_epoch = if_not_exists(lease_epoch, :zero) "
+    "REMOVE removed_at_ms, last_error, lease_owner"
 )
 
 
@@ -34,7 +89,12 @@ class _TableExists(Exception):
     pass
 
 
-_ADMIN_PASSTHROUGH = frozenset({CONDITION_FAILED, "ResourceInUseException"})
+class _ConditionLost(Exception):
+    pass
+
+
+_TRANSACTION_CANCELED = "TransactionCanceledException"
+_ADMIN_PASSTHROUGH = frozenset({CONDITION_FAILED, _TRANSACTION_CANCELED, "ResourceInUseException"})
 
 
 class UnknownConnection(LookupError):
@@ -51,10 +111,18 @@ def check_ws_url(url: str) -> str:
 
 
 class LeaseTableAdmin:
-    def __init__(self, client: DynamoDBClient, table_name: str, *, call_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        *,
+        call_timeout: float = 10.0,
+        max_clock_skew_ms: int = 1000,
+    ) -> None:
         self._client = client
         self._table = table_name
         self._timeout = call_timeout
+        self._skew_ms = max_clock_skew_ms  # judge lease expiry as an acquirer would (§2a)
 
     async def _run(self, coro: Any, *, on_condition_failed: Exception | None = None) -> Any:
         try:
@@ -67,7 +135,7 @@ class LeaseTableAdmin:
             raise translate_client_error(error) from error
 
     async def create_table(self) -> bool:
-        """Create the table and its GSI; False if it already exists."""
+        """Create the table, its two GSIs and TTL on `purge_at`; False if it already exists."""
         try:
             await self._run(
                 self._client.create_table(
@@ -77,6 +145,7 @@ class LeaseTableAdmin:
                         {"AttributeName": "connection_id", "AttributeType": "S"},
                         {"AttributeName": "desired_state", "AttributeType": "S"},
                         {"AttributeName": "lease_expires_at_ms", "AttributeType": "N"},
+                        {"AttributeName": "lease_owner", "AttributeType": "S"},
                     ],
                     KeySchema=[{"AttributeName": "connection_id", "KeyType": "HASH"}],
                     GlobalSecondaryIndexes=[
@@ -87,7 +156,13 @@ class LeaseTableAdmin:
                                 {"AttributeName": "lease_expires_at_ms", "KeyType": "RANGE"},
                             ],
                             "Projection": {"ProjectionType": "KEYS_ONLY"},
-                        }
+                        },
+                        {
+                            # Sparse: only items with an owner are in it (session takeover, §2b).
+                            "IndexName": GSI_BY_OWNER,
+                            "KeySchema": [{"AttributeName": "lease_owner", "KeyType": "HASH"}],
+                            "Projection": {"ProjectionType": "KEYS_ONLY"},
+                        },
                     ],
                 )
             )
@@ -95,27 +170,32 @@ class LeaseTableAdmin:
             return False
         waiter = self._client.get_waiter("table_exists")
         await self._run(waiter.wait(TableName=self._table, WaiterConfig={"Delay": 1, "MaxAttempts": 30}))
+        await self._run(
+            self._client.update_time_to_live(
+                TableName=self._table,
+                TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
+            )
+        )
         return True
 
     async def add(self, connection_id: str, url: str) -> None:
+        """A new STARTED connection; over a tombstone, the same id again with its epoch kept."""
         check_connection_id(connection_id)
         check_ws_url(url)
-        now = now_ms()
         await self._run(
-            self._client.put_item(
+            self._client.update_item(
                 TableName=self._table,
-                Item={
-                    "connection_id": {"S": connection_id},
-                    "desired_state": {"S": STARTED},
-                    "ws_url": {"S": url},
-                    "last_seq": {"N": str(NO_CHECKPOINT)},
+                Key={"connection_id": {"S": connection_id}},
+                UpdateExpression=UPDATE_ADD,
+                ConditionExpression=COND_ADDABLE,
+                ExpressionAttributeValues={
+                    ":started": {"S": STARTED},
+                    ":url": {"S": url},
+                    ":none": {"N": str(NO_CHECKPOINT)},
                     # 0, not absent: new connections must appear in the by-state-expiry GSI.
-                    "lease_expires_at_ms": {"N": "0"},
-                    "lease_epoch": {"N": "0"},
-                    "failures": {"N": "0"},
-                    "updated_at_ms": {"N": str(now)},
+                    ":zero": {"N": "0"},
+                    ":now": {"N": str(now_ms())},
                 },
-                ConditionExpression=COND_NEW,
             ),
             on_condition_failed=ConnectionExists(f"connection {connection_id!r} already exists"),
         )
@@ -136,15 +216,74 @@ class LeaseTableAdmin:
         await self.set_desired_state(connection_id, STARTED)
 
     async def remove(self, connection_id: str) -> None:
+        """Tombstone a STOPPED, released connection; NotRemovable says why not otherwise."""
         check_connection_id(connection_id)
-        await self._run(
-            self._client.delete_item(
-                TableName=self._table,
-                Key={"connection_id": {"S": connection_id}},
-                ConditionExpression=COND_EXISTS,
-            ),
-            on_condition_failed=UnknownConnection(connection_id),
+        held = await try_remove(self, connection_id, self._skew_ms)
+        if held is not None:
+            raise NotRemovable(connection_id, held)
+
+    async def remove_forced(
+        self,
+        connection_id: str,
+        *,
+        hint: Callable[[], Awaitable[None]],
+        wait_seconds: float,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        """Stop it, send `hint`, wait (bounded) for the release, then tombstone it (`lease.removal`)."""
+        check_connection_id(connection_id)
+        await remove_forced(
+            self,
+            connection_id,
+            max_clock_skew_ms=self._skew_ms,
+            hint=hint,
+            wait_seconds=wait_seconds,
+            progress=progress,
         )
+
+    async def write_tombstone(self, connection_id: str, tombstone: Tombstone) -> bool:
+        key = {"connection_id": {"S": connection_id}}
+        try:
+            if tombstone.fenced_session is None:
+                await self._run(
+                    self._client.update_item(
+                        TableName=self._table,
+                        Key=key,
+                        UpdateExpression=UPDATE_TOMBSTONE,
+                        ConditionExpression=tombstone.condition,
+                        ExpressionAttributeValues=tombstone.values,
+                    ),
+                    on_condition_failed=_ConditionLost(),
+                )
+            else:
+                # The session's fence and the tombstone in one transaction: no window between them.
+                session = {"connection_id": {"S": f"{WORKER_KEY_PREFIX}{tombstone.fenced_session}"}}
+                await self._run(
+                    self._client.transact_write_items(
+                        TransactItems=[
+                            {
+                                "ConditionCheck": {
+                                    "TableName": self._table,
+                                    "Key": session,
+                                    "ConditionExpression": COND_SESSION_FENCED,
+                                }
+                            },
+                            {
+                                "Update": {
+                                    "TableName": self._table,
+                                    "Key": key,
+                                    "UpdateExpression": UPDATE_TOMBSTONE,
+                                    "ConditionExpression": tombstone.condition,
+                                    "ExpressionAttributeValues": tombstone.values,
+                                }
+                            },
+                        ]
+                    ),
+                    on_condition_failed=_ConditionLost(),
+                )
+        except _ConditionLost:
+            return False
+        return True
 
     async def show(self, connection_id: str) -> dict[str, Any]:
         check_connection_id(connection_id)
@@ -154,7 +293,7 @@ class LeaseTableAdmin:
             )
         )
         item = response.get("Item")
-        if not item:
+        if not item or "removed_at_ms" in item:
             raise UnknownConnection(connection_id)
         return plain(item)
 
@@ -169,7 +308,8 @@ class LeaseTableAdmin:
             items.extend(
                 plain(item)
                 for item in response.get("Items", [])
-                if not item["connection_id"]["S"].startswith("worker#")
+                if not item["connection_id"]["S"].startswith(WORKER_KEY_PREFIX)
+                and "removed_at_ms" not in item
             )
             start_key = response.get("LastEvaluatedKey")
             if not start_key:
@@ -182,7 +322,7 @@ class LeaseTableAdmin:
                 TableName=self._table,
                 Key={"connection_id": {"S": connection_id}},
                 UpdateExpression=update,
-                ConditionExpression=COND_EXISTS,
+                ConditionExpression=COND_LIVE,
                 ExpressionAttributeValues=values,
             ),
             on_condition_failed=UnknownConnection(connection_id),
@@ -215,6 +355,8 @@ __all__ = [
     "ConnectionExists",
     "ConnectionItem",
     "LeaseTableAdmin",
+    "NotRemovable",
+    "ReleaseTimeout",
     "TableMissing",
     "UnknownConnection",
     "check_ws_url",

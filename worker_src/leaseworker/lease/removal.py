@@ -1,0 +1,209 @@
+"""When may an operator remove a connection? A pure decision on the item (DESIGN.md §6).
+
+`connections remove` turns a connection into a tombstone (see `lease.admin`) only when it is
+STOPPED and *released*, that is when no worker may still be delivering it. Released means one of:
+
+- `FREE`: no `lease_owner`. A graceful release and a failure mark both remove the owner, and a
+  worker releases only after the work the lease guards has stopped (§3), so nothing is in flight.
+- `EXPIRED`: a connection-mode lease whose expiry is older than MAX_CLOCK_SKEW_MS on our clock.
+  That is exactly the rule that lets any peer take the lease over (§2a): the holder's local
+  deadline (§2d) has passed, so it delivers nothing more. A STOPPED lease cannot be renewed (the
+  renewal requires STARTED), so once expired it stays expired.
+- `FENCED_SESSION`: a session-held lease (expiry 2**53 - 1) whose owner's session item carries
+  `fenced_by`. A fence makes the session's connections claimable (§2.0, §2e), for the same reason:
+  the fenced worker has stopped or self-fences on its session deadline. A fence is never lifted,
+  so checking it in the same transaction as the tombstone write leaves no window.
+
+A lease still held (a live connection-mode lease, or a session-held one whose session is not
+fenced) is not released: `--force` stops the connection and waits for one of the three.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from leaseworker.lease.model import STARTED, STOPPED
+
+SESSION_HELD_EXPIRY_MS = 2**53 - 1  # "held by a session" (DESIGN.md §2b)
+
+# Condition expressions, named once (STYLE.md §11). A tombstone carries `removed_at_ms`.
+COND_LIVE = "attribute_exists(connection_id) AND attribute_not_exists(removed_at_ms)"
+COND_REMOVABLE_FREE = f"{COND_LIVE} AND desired_state = :stopped AND attribute_not_exists(lease_owner)"
+COND_REMOVABLE_HELD_BY = (
+    f"{COND_LIVE} AND desired_state = :stopped AND lease_owner = :owner AND lease_epoch = :epoch"
+)
+COND_REMOVABLE_EXPIRED = f"{COND_REMOVABLE_HELD_BY} AND lease_expires_at_ms < :now_minus_skew"
+COND_SESSION_FENCED = "attribute_exists(fenced_by)"  # checked on the owner's session item
+
+# The tombstone: lease_epoch stays; without an owner or an expiry it leaves both GSIs.
+UPDATE_TOMBSTONE = (
+    "SET removed_at_ms = :now, updated_at_ms = :now "
+    "REMOVE lease_owner, lease_expires_at_ms, last_error, failures"
+)
+
+WAIT_POLL_SECONDS = 0.25
+PROGRESS_EVERY_SECONDS = 5.0
+
+
+class Removable(enum.Enum):
+    FREE = "free"
+    EXPIRED = "expired"
+    FENCED_SESSION = "fenced session"  # removable once the owner's session item is seen fenced
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Not removable yet: `reason` says by whom or why, in a phrase for one error line."""
+
+    reason: str
+    started: bool  # still STARTED: it must be stopped first
+
+
+def removal_state(item: dict[str, Any], now_ms: int, max_clock_skew_ms: int) -> Removable | Held:
+    """Whether the plain item (as `admin.plain` gives it) may become a tombstone now.
+
+    A session-held lease returns FENCED_SESSION: removable only if the owner's session item is
+    fenced, which the caller checks (and conditions the write on) itself.
+    """
+    owner = item.get("lease_owner")
+    epoch = item.get("lease_epoch", 0)
+    if item.get("desired_state") == STARTED:
+        return Held(f"is STARTED{f' and held by {owner} (epoch {epoch})' if owner else ''}", started=True)
+    if item.get("desired_state") != STOPPED:
+        return Held(f"has desired_state {item.get('desired_state')!r}", started=True)
+    if not owner:
+        return Removable.FREE
+    expires = int(item.get("lease_expires_at_ms", 0) or 0)
+    if expires >= SESSION_HELD_EXPIRY_MS:
+        return Removable.FENCED_SESSION
+    if expires < now_ms - max_clock_skew_ms:
+        return Removable.EXPIRED
+    left = (expires - now_ms) / 1000
+    return Held(
+        f"is STOPPED but still held by {owner} (epoch {epoch}, lease {left:.1f} s left)", started=False
+    )
+
+
+def session_holder_reason(item: dict[str, Any]) -> str:
+    owner, epoch = item.get("lease_owner"), item.get("lease_epoch", 0)
+    return f"is STOPPED but still held by the live session of {owner} (epoch {epoch})"
+
+
+class NotRemovable(ValueError):
+    """The connection is not STOPPED and released; str() is the one-line explanation."""
+
+    def __init__(self, connection_id: str, held: Held) -> None:
+        hint = (
+            f"stop it first (`leaseworker connections stop {connection_id}`)"
+            if held.started
+            else "wait for its release"
+        )
+        super().__init__(
+            f"connection {connection_id!r} {held.reason}: {hint}, or pass --force to stop it, "
+            "wait for the release and remove it"
+        )
+        self.held = held
+
+
+class ReleaseTimeout(Exception):
+    """`remove --force` gave up waiting for the owner to release the connection."""
+
+    def __init__(self, connection_id: str, held: Held, waited: float) -> None:
+        super().__init__(
+            f"connection {connection_id!r} {held.reason} after waiting {waited:.0f} s; it stays "
+            f"STOPPED: run `leaseworker connections remove {connection_id} --force` again once it "
+            "is released"
+        )
+        self.held = held
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """One conditional tombstone write; `fenced_session` also requires that session's fence."""
+
+    condition: str
+    values: dict[str, Any]
+    fenced_session: str | None = None
+
+
+def tombstone_for(item: dict[str, Any], state: Removable, now_ms: int, max_clock_skew_ms: int) -> Tombstone:
+    """The write that turns `item` into a tombstone only while it is still in `state`."""
+    values: dict[str, Any] = {":stopped": {"S": STOPPED}, ":now": {"N": str(now_ms)}}
+    if state is Removable.FREE:
+        return Tombstone(COND_REMOVABLE_FREE, values)
+    values[":owner"] = {"S": str(item["lease_owner"])}
+    values[":epoch"] = {"N": str(item.get("lease_epoch", 0))}
+    if state is Removable.EXPIRED:
+        values[":now_minus_skew"] = {"N": str(now_ms - max_clock_skew_ms)}
+        return Tombstone(COND_REMOVABLE_EXPIRED, values)
+    return Tombstone(COND_REMOVABLE_HELD_BY, values, fenced_session=str(item["lease_owner"]))
+
+
+class RemovableTable(Protocol):
+    """What removal needs from the table (LeaseTableAdmin)."""
+
+    async def show(self, connection_id: str) -> dict[str, Any]: ...
+
+    async def stop(self, connection_id: str) -> None: ...
+
+    async def write_tombstone(self, connection_id: str, tombstone: Tombstone) -> bool:
+        """False when the write's condition (or the session's fence check) failed."""
+        ...
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def try_remove(table: RemovableTable, connection_id: str, max_clock_skew_ms: int) -> Held | None:
+    """One attempt: None once the tombstone is written, else why it is not removable yet."""
+    item = await table.show(connection_id)
+    state = removal_state(item, _now_ms(), max_clock_skew_ms)
+    if isinstance(state, Held):
+        return state
+    if await table.write_tombstone(connection_id, tombstone_for(item, state, _now_ms(), max_clock_skew_ms)):
+        return None
+    # Lost to a concurrent change (a start, a claim) or the session is not fenced: say what
+    # holds it now; the caller decides whether to wait.
+    fresh = removal_state(await table.show(connection_id), _now_ms(), max_clock_skew_ms)
+    return fresh if isinstance(fresh, Held) else Held(session_holder_reason(item), started=False)
+
+
+async def remove_forced(
+    table: RemovableTable,
+    connection_id: str,
+    *,
+    max_clock_skew_ms: int,
+    hint: Callable[[], Awaitable[None]],
+    wait_seconds: float,
+    progress: Callable[[str], None] | None = None,
+) -> None:
+    """Stop the connection, tell its owner (`hint`), wait for the release, then remove it.
+
+    Raises ReleaseTimeout after `wait_seconds` if it is still held (it then stays STOPPED), and
+    NotRemovable if someone starts it again meanwhile (theirs is the newer intent).
+    """
+    started = time.monotonic()
+    if await try_remove(table, connection_id, max_clock_skew_ms) is None:
+        return
+    await table.stop(connection_id)
+    await hint()
+    last_said = -PROGRESS_EVERY_SECONDS
+    while True:
+        state = await try_remove(table, connection_id, max_clock_skew_ms)
+        if state is None:
+            return
+        waited = time.monotonic() - started
+        if state.started:
+            raise NotRemovable(connection_id, state)
+        if waited >= wait_seconds:
+            raise ReleaseTimeout(connection_id, state, waited)
+        if progress is not None and waited - last_said >= PROGRESS_EVERY_SECONDS:
+            progress(f"waiting for the release: {connection_id} {state.reason} ({waited:.0f} s)")
+            last_said = waited
+        await asyncio.sleep(WAIT_POLL_SECONDS)
