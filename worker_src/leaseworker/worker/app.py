@@ -93,6 +93,7 @@ class Worker:
         self._loops_done = asyncio.Event()  # renewals/heartbeats/checkpoints/metrics may end
         self._fenced_event = asyncio.Event()
         self._fenced: Fenced | None = None
+        self._leaving = False
         self._group: asyncio.TaskGroup | None = None
         parts = (ownership, self._registry, self._settings, self._metrics, self._tracing)
         self._acquirer = Acquirer(
@@ -182,6 +183,8 @@ class Worker:
 
     def _on_fenced(self, fenced: Fenced) -> None:
         """Peers may be claiming our connections already: drop every one at once, deliver nothing."""
+        if self._leaving:
+            return  # our own clean-exit fence, seen by a last heartbeat
         self._fenced = fenced
         for owned in list(self._registry.owned.values()):
             owned.session.lose(f"our session was fenced ({fenced.kind})")
@@ -334,6 +337,7 @@ class Worker:
         once anything a failed release left behind, and reap the item."""
         if self._fenced is not None:
             return
+        self._leaving = True
         me = self._settings.worker_id
         try:
             async with asyncio.timeout(2.0):
