@@ -12,6 +12,7 @@ and parsed strictly (no floats for integers, no "yes" for booleans). A broken ru
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,17 +39,35 @@ FARGATE_TASK_SIZES: Mapping[int, tuple[int, ...]] = {
 # The VPC spans this many availability zones; natGateways may not exceed it.
 VPC_MAX_AZS = 2
 
+# The lease modes this worker version runs. `leaseMode` parses both values of DESIGN.md §7,
+# but synth refuses a mode the worker cannot run (it would deploy a crash-looping service).
+# Enabling session mode is this one line: ("connection", "session").
+SUPPORTED_LEASE_MODES: tuple[LeaseMode, ...] = ("connection",)
+
+# DESIGN.md §2a: in connection mode every renewal rewrites the by-state-expiry sort key, and
+# all STARTED items share one index partition key. One partition takes about 1,000 writes/s
+# and a renewal costs about 2 index writes, so the fleet can hold about
+# 500 x HEARTBEAT_SECONDS connections. Beyond that the index throttles, which throttles the
+# table's renewals and loses leases at scale: synth refuses, it does not merely warn.
+GSI_RENEWALS_PER_SECOND_CEILING = 500
+
+# OpenTelemetry sampling (DESIGN.md §7, §8): parent-based, with a trace-id ratio from context.
+TRACES_SAMPLER = "parentbased_traceidratio"
+
 _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
 _ACCOUNT = re.compile(r"[0-9]{12}")
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]")
 _NAMESPACE = re.compile(r"[A-Za-z0-9._/#:-]{1,255}")
 _INT = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 # The account/region used when none is given: synth is deterministic and offline, and
 # cdk.context.json carries the availability-zone facts for exactly this pair.
 DEFAULT_ACCOUNT = "123456789012"
 DEFAULT_REGION = "us-east-1"
 
+# The `project` tag on every resource.
+PROJECT_TAG = "leaseworker"
 # The Powertools `service` dimension the worker's EMF metrics carry (POWERTOOLS_SERVICE_NAME).
 SERVICE_NAME = "leaseworker"
 # The ADOT sidecar's OTLP/HTTP receiver, reachable on localhost inside the awsvpc task.
@@ -85,10 +104,13 @@ class LeaseworkerConfig:
     sink: SinkKind = "kinesis"
     # Fleet and network.
     min_tasks: int = 1
-    max_tasks: int = 10
+    # 3 x 700 = 2,100 connections stays under the connection-mode ceiling (2,500 at a 5 s
+    # heartbeat); see GSI_RENEWALS_PER_SECOND_CEILING.
+    max_tasks: int = 3
     task_cpu: int = 512
     task_memory_mib: int = 1024
-    nat_gateways: int = 1
+    # None: the stage's default, see `nat_gateway_count` (dev 1, prod one per AZ).
+    nat_gateways: int | None = None
     # Autoscaling on the average of ActiveConnections per task.
     scale_target_connections: int = 700
     scale_in_cooldown_seconds: int = 300
@@ -96,10 +118,29 @@ class LeaseworkerConfig:
     # Observability.
     alarm_email: str | None = None
     metrics_namespace: str = "Leaseworker"
+    # Fraction of root traces sampled (OTEL_TRACES_SAMPLER_ARG); children follow their parent.
+    trace_sample_ratio: float = 0.01
 
     @property
     def is_prod(self) -> bool:
         return self.stage == "prod"
+
+    @property
+    def nat_gateway_count(self) -> int:
+        """natGateways if given, else one per AZ in prod (an AZ outage keeps egress) and 1 in dev."""
+        if self.nat_gateways is not None:
+            return self.nat_gateways
+        return VPC_MAX_AZS if self.is_prod else 1
+
+    @property
+    def max_fleet_connections(self) -> int:
+        """What autoscaling can reach: maxTasks tasks at the target average each."""
+        return self.max_tasks * self.scale_target_connections
+
+    @property
+    def gsi_connection_ceiling(self) -> int:
+        """The §2a ceiling of connection mode: about 500 x heartbeatSeconds connections."""
+        return GSI_RENEWALS_PER_SECOND_CEILING * self.heartbeat_seconds
 
     def worker_environment(self) -> dict[str, str]:
         """The config-derived part of the container environment (DESIGN.md §7).
@@ -120,6 +161,8 @@ class LeaseworkerConfig:
             "POWERTOOLS_METRICS_NAMESPACE": self.metrics_namespace,
             "OTEL_EXPORTER_OTLP_ENDPOINT": OTLP_HTTP_ENDPOINT,
             "OTEL_SERVICE_NAME": SERVICE_NAME,
+            "OTEL_TRACES_SAMPLER": TRACES_SAMPLER,
+            "OTEL_TRACES_SAMPLER_ARG": repr(self.trace_sample_ratio),
         }
 
 
@@ -141,6 +184,22 @@ def _positive(name: str, raw: object) -> int:
     value = _int(name, raw)
     if value <= 0:
         raise ConfigError(name, raw, "must be > 0")
+    return value
+
+
+def _ratio(name: str, raw: object) -> float:
+    """A number in 0..1; NaN, infinities and booleans are refused."""
+    rule = "must be a number between 0 and 1"
+    if isinstance(raw, bool):
+        raise ConfigError(name, raw, rule)
+    if isinstance(raw, int | float):
+        value = float(raw)
+    elif isinstance(raw, str) and _DECIMAL.fullmatch(raw.strip()):
+        value = float(raw.strip())
+    else:
+        raise ConfigError(name, raw, rule)
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise ConfigError(name, raw, rule)
     return value
 
 
@@ -207,7 +266,7 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter("maxTasks", "max_tasks", _positive, ">= minTasks"),
     Parameter("taskCpu", "task_cpu", _int, "a Fargate cpu size"),
     Parameter("taskMemoryMiB", "task_memory_mib", _int, "a Fargate memory size for taskCpu"),
-    Parameter("natGateways", "nat_gateways", _int, f"1..{VPC_MAX_AZS}"),
+    Parameter("natGateways", "nat_gateways", _int, f"1..{VPC_MAX_AZS}; default: dev 1, prod one per AZ"),
     Parameter("scaleTargetConnections", "scale_target_connections", _positive, "<= maxConnectionsPerTask"),
     Parameter("scaleInCooldownSeconds", "scale_in_cooldown_seconds", _int, "0..3600"),
     Parameter("scaleOutCooldownSeconds", "scale_out_cooldown_seconds", _int, "0..3600"),
@@ -218,6 +277,7 @@ PARAMETERS: tuple[Parameter, ...] = (
         lambda n, r: _pattern(n, r, _NAMESPACE, "must be a CloudWatch namespace ([A-Za-z0-9._/#:-], 1..255)"),
         "a CloudWatch namespace",
     ),
+    Parameter("traceSampleRatio", "trace_sample_ratio", _ratio, "0..1"),
 )
 
 CONTEXT_NAMES: Mapping[str, str] = {p.field: p.context for p in PARAMETERS}
@@ -238,6 +298,13 @@ def _describe_sizes(sizes: tuple[int, ...]) -> str:
 def validate(config: LeaseworkerConfig) -> LeaseworkerConfig:
     """The cross-field rules (DESIGN.md §7); each names the parameter that breaks it."""
     c = config
+    _check(
+        c.lease_mode in SUPPORTED_LEASE_MODES,
+        c,
+        "lease_mode",
+        f"{c.lease_mode} mode is not available in this worker version "
+        f"(supported: {' | '.join(SUPPORTED_LEASE_MODES)})",
+    )
     _check(
         c.lease_seconds >= 3 * c.heartbeat_seconds,
         c,
@@ -274,7 +341,7 @@ def validate(config: LeaseworkerConfig) -> LeaseworkerConfig:
         f"must be a Fargate memory size for taskCpu={c.task_cpu}: {_describe_sizes(allowed)}",
     )
     _check(
-        1 <= c.nat_gateways <= VPC_MAX_AZS,
+        1 <= c.nat_gateway_count <= VPC_MAX_AZS,
         c,
         "nat_gateways",
         f"must be between 1 and {VPC_MAX_AZS}: workers reach upstream feeds through NAT",
@@ -287,6 +354,16 @@ def validate(config: LeaseworkerConfig) -> LeaseworkerConfig:
     )
     for field in ("scale_in_cooldown_seconds", "scale_out_cooldown_seconds"):
         _check(0 <= getattr(c, field) <= 3600, c, field, "must be between 0 and 3600")
+    if c.lease_mode == "connection":
+        _check(
+            c.max_fleet_connections <= c.gsi_connection_ceiling,
+            c,
+            "max_tasks",
+            f"maxTasks x scaleTargetConnections = {c.max_tasks} x {c.scale_target_connections} = "
+            f"{c.max_fleet_connections} connections exceeds the connection-mode index ceiling "
+            f"{GSI_RENEWALS_PER_SECOND_CEILING} x heartbeatSeconds = {c.gsi_connection_ceiling} "
+            "(DESIGN.md §2a); lower maxTasks or scaleTargetConnections, or raise heartbeatSeconds",
+        )
     return c
 
 
