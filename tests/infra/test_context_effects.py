@@ -157,8 +157,12 @@ def test_lease_seconds_string_changes_only_lease_seconds(default: Synth) -> None
     env_index = next(
         i for i, e in enumerate(definitions[worker_index]["Environment"]) if e["Name"] == "LEASE_SECONDS"
     )
+    worker = f"/Resources/{task_definition_id}/Properties/ContainerDefinitions/{worker_index}"
+    # The lease also sets how long the health check tolerates failures (HealthCheckTiming).
     assert diff == [
-        f"/Resources/{task_definition_id}/Properties/ContainerDefinitions/{worker_index}/Environment/{env_index}/Value"
+        f"{worker}/Environment/{env_index}/Value",
+        f"{worker}/HealthCheck/Retries",
+        f"{worker}/HealthCheck/StartPeriod",
     ]
     assert container_environment(changed.template_json)["LEASE_SECONDS"] == "30"
 
