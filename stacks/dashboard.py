@@ -48,9 +48,15 @@ def build_dashboard(
     # The fleet, from Container Insights (ECS/ContainerInsights, per service).
     graph(
         "Tasks",
-        [container_insights("RunningTaskCount", "Average"), container_insights("DesiredTaskCount", "Average")],
+        [
+            container_insights("RunningTaskCount", "Average"),
+            container_insights("DesiredTaskCount", "Average"),
+        ],
     )
-    graph("CPU (units)", [container_insights("CpuUtilized", "Average"), container_insights("CpuReserved", "Average")])
+    graph(
+        "CPU (units)",
+        [container_insights("CpuUtilized", "Average"), container_insights("CpuReserved", "Average")],
+    )
     graph(
         "Memory (MiB)",
         [container_insights("MemoryUtilized", "Average"), container_insights("MemoryReserved", "Average")],

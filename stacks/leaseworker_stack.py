@@ -24,8 +24,9 @@ WORKER_SOURCE = Path(__file__).resolve().parent.parent / "worker_src"
 # Exactly what the worker process calls (tests/infra/test_iam.py scans worker_src to keep this
 # in step): the lease store's conditional UpdateItems (acquire, renew, release, checkpoint) and
 # GetItem on connection items, PutItem/DeleteItem on its own `worker#<id>` presence item, and
-# Query on the GSIs: by-state-expiry (reconcile) and by-owner (what a worker holds). Table administration (Scan, DescribeTable,
-# creating connections) is the CLI's, run with operator credentials, never the task role's.
+# Query on the GSIs: by-state-expiry (reconcile) and by-owner (what a worker holds). Table
+# administration (Scan, DescribeTable, creating connections) is the CLI's, run with operator
+# credentials, never the task role's.
 TABLE_ITEM_ACTIONS: tuple[str, ...] = (
     "dynamodb:DeleteItem",
     "dynamodb:GetItem",
@@ -138,6 +139,9 @@ class LeaseworkerStack(Stack):
             [a.alarm_name for a in observability.deployment_alarms],
             behavior=ecs.AlarmBehavior.ROLLBACK_ON_ALARM,
         )
+        # CDK prints an INFO that an alarm named by reference may form a cycle with the
+        # service. These alarms reference only worker metrics and the topic, never the service;
+        # tests/infra/test_production.py proves the template acyclic.
 
         # --- Outputs: what operators and the CLI need --------------------------------------
         CfnOutput(self, "TableName", value=table.table_name, description="TABLE_NAME for the leaseworker CLI")

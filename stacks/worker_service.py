@@ -38,7 +38,7 @@ XRAY_ACTIONS: tuple[str, ...] = (
 # (/tmp/leaseworker/health.json, LEASEWORKER_HEALTH_FILE), Python's and OpenTelemetry's
 # temporary files all live under /tmp, a task volume (Fargate ephemeral storage).
 SCRATCH_VOLUME = "tmp"
-SCRATCH_PATH = "/tmp"  # noqa: S108 - a mount point, not a temp file
+SCRATCH_PATH = "/tmp"
 HEALTH_COMMAND = ["CMD", "leaseworker", "health"]
 
 # Rolling deployments replace about this share of the fleet per batch (see `max_healthy_percent`).

@@ -34,7 +34,11 @@ def test_defaults_are_the_documented_ones() -> None:
         "kinesis",
     )
     assert (config.min_tasks, config.max_tasks, config.task_cpu, config.task_memory_mib) == (1, 3, 512, 1024)
-    assert (config.nat_gateway_count, config.alarm_email, config.metrics_namespace) == (1, None, "Leaseworker")
+    assert (config.nat_gateway_count, config.alarm_email, config.metrics_namespace) == (
+        1,
+        None,
+        "Leaseworker",
+    )
     assert config.trace_sample_ratio == 0.01
     assert (config.stage, config.account, config.region) == ("dev", "123456789012", "us-east-1")
     assert config.scale_target_connections <= config.max_connections_per_task
@@ -84,7 +88,11 @@ BAD: list[tuple[str, Any, str]] = [
         "(supported: connection)",
     ),
     ("traceSampleRatio", "nan", "invalid context traceSampleRatio='nan': must be a number between 0 and 1"),
-    ("traceSampleRatio", float("nan"), "invalid context traceSampleRatio=nan: must be a number between 0 and 1"),
+    (
+        "traceSampleRatio",
+        float("nan"),
+        "invalid context traceSampleRatio=nan: must be a number between 0 and 1",
+    ),
     ("traceSampleRatio", "inf", "invalid context traceSampleRatio='inf': must be a number between 0 and 1"),
     ("traceSampleRatio", "1.5", "invalid context traceSampleRatio='1.5': must be a number between 0 and 1"),
     ("traceSampleRatio", "-0.1", "invalid context traceSampleRatio='-0.1': must be a number between 0 and 1"),

@@ -25,7 +25,8 @@ case "$1 $2" in
     fi
     if [[ "$4" == "${STUB_SLR_TAKEN:-}" ]]; then
       echo "" >&2
-      echo "An error occurred (InvalidInput) when calling the CreateServiceLinkedRole operation: Service role name AWSServiceRoleForECS has been taken in this account, please try a different suffix." >&2
+      echo "An error occurred (InvalidInput) when calling the CreateServiceLinkedRole operation:"\
+" Service role name AWSServiceRoleForECS has been taken in this account, please try a different suffix." >&2
       exit 254
     fi
     echo '{"Role": {}}' ;;
@@ -50,7 +51,9 @@ def stubs(tmp_path: Path) -> Path:
     return bin_dir
 
 
-def run(stubs: Path, *args: str, without: tuple[str, ...] = (), **env: str) -> subprocess.CompletedProcess[str]:
+def run(
+    stubs: Path, *args: str, without: tuple[str, ...] = (), **env: str
+) -> subprocess.CompletedProcess[str]:
     for name in without:
         (stubs / name).unlink()
     log = stubs.parent / "calls.log"
@@ -80,7 +83,9 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], needle: str)
 def test_no_stub_leaks_from_the_machine() -> None:
     env = {"PATH": "/usr/bin:/bin"}
     for tool in ("docker", "aws"):
-        found = subprocess.run(["bash", "-c", f"command -v {tool}"], env=env, capture_output=True, check=False)
+        found = subprocess.run(
+            ["bash", "-c", f"command -v {tool}"], env=env, capture_output=True, check=False
+        )
         assert found.returncode != 0, f"{tool} in /usr/bin would defeat these tests"
 
 
@@ -135,14 +140,17 @@ def test_deploy_creates_both_roles_idempotently_then_bootstraps_and_deploys(stub
         "aws iam create-service-linked-role --aws-service-name ecs.amazonaws.com",
         "aws iam create-service-linked-role --aws-service-name ecs.application-autoscaling.amazonaws.com",
         "npx cdk bootstrap aws://123456789012/eu-west-1",
-        "npx cdk deploy -c account=123456789012 -c region=eu-west-1 --require-approval broadening -c stage=prod",
+        "npx cdk deploy -c account=123456789012 -c region=eu-west-1 --require-approval broadening"
+        " -c stage=prod",
     ]
     assert "the service-linked role for ecs.amazonaws.com exists" in result.stdout
     assert "created the service-linked role for ecs.application-autoscaling.amazonaws.com" in result.stdout
 
 
 def test_other_service_linked_role_errors_stop_in_one_line(stubs: Path) -> None:
-    result = run(stubs, AWS_REGION="eu-west-1", STUB_SLR_ERROR_FOR="ecs.application-autoscaling.amazonaws.com")
+    result = run(
+        stubs, AWS_REGION="eu-west-1", STUB_SLR_ERROR_FOR="ecs.application-autoscaling.amazonaws.com"
+    )
     assert_one_line_error(result, "could not create the service-linked role for ecs.application-autoscaling")
     assert "AccessDenied" in result.stderr
 

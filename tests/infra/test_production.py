@@ -96,7 +96,11 @@ def test_every_cloudwatch_grant_is_conditioned(default: Synth) -> None:
 
 def test_fleet_silent_alarm_breaches_on_missing_active_connections(default: Synth, custom: Synth) -> None:
     alarm = by_path(default, "AWS::CloudWatch::Alarm", "FleetSilentAlarm")["Properties"]
-    assert (alarm["MetricName"], alarm["Statistic"], alarm["Period"]) == ("ActiveConnections", "SampleCount", 60)
+    assert (alarm["MetricName"], alarm["Statistic"], alarm["Period"]) == (
+        "ActiveConnections",
+        "SampleCount",
+        60,
+    )
     assert alarm["Dimensions"] == [{"Name": "service", "Value": "leaseworker"}]
     assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("LessThanThreshold", 1)
     assert alarm["TreatMissingData"] == "breaching"
@@ -115,15 +119,23 @@ def test_running_tasks_below_min_alarm_uses_container_insights(default: Synth, c
             "ClusterName": {"Ref": cluster_id},
             "ServiceName": {"Fn::GetAtt": [service_id, "Name"]},
         }
-        assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("LessThanThreshold", synth.config.min_tasks)
+        assert (alarm["ComparisonOperator"], alarm["Threshold"]) == (
+            "LessThanThreshold",
+            synth.config.min_tasks,
+        )
         assert alarm["TreatMissingData"] == "breaching"
-    assert by_path(custom, "AWS::CloudWatch::Alarm", "RunningTasksBelowMinimumAlarm")["Properties"][
-        "Threshold"
-    ] == 2
+    assert (
+        by_path(custom, "AWS::CloudWatch::Alarm", "RunningTasksBelowMinimumAlarm")["Properties"]["Threshold"]
+        == 2
+    )
 
 
 def math_queries(synth: Synth) -> list[list[dict[str, Any]]]:
-    return [r["Properties"]["Metrics"] for r in synth.resources("AWS::CloudWatch::Alarm").values() if "Metrics" in r["Properties"]]
+    return [
+        r["Properties"]["Metrics"]
+        for r in synth.resources("AWS::CloudWatch::Alarm").values()
+        if "Metrics" in r["Properties"]
+    ]
 
 
 def test_metric_math_fills_every_sparse_operand(default: Synth) -> None:
@@ -147,7 +159,14 @@ def test_fill_sum_wraps_each_id() -> None:
 def test_throttle_alarm_covers_both_indexes(default: Synth) -> None:
     alarm = by_path(default, "AWS::CloudWatch::Alarm", "TableThrottlesAlarm")["Properties"]
     indexes = {
-        next((d["Value"] for d in q["MetricStat"]["Metric"]["Dimensions"] if d["Name"] == "GlobalSecondaryIndexName"), None)
+        next(
+            (
+                d["Value"]
+                for d in q["MetricStat"]["Metric"]["Dimensions"]
+                if d["Name"] == "GlobalSecondaryIndexName"
+            ),
+            None,
+        )
         for q in alarm["Metrics"]
         if "MetricStat" in q
     }
@@ -170,7 +189,9 @@ def test_worker_health_check_runs_leaseworker_health(default: Synth, custom: Syn
     assert (check["Interval"], check["Retries"], check["StartPeriod"]) == (16, 3, 80)
     # The collector has none: it is not essential.
     task_definition = default.one("AWS::ECS::TaskDefinition")
-    collector = next(c for c in task_definition["Properties"]["ContainerDefinitions"] if c["Name"] != "worker")
+    collector = next(
+        c for c in task_definition["Properties"]["ContainerDefinitions"] if c["Name"] != "worker"
+    )
     assert "HealthCheck" not in collector
 
 
@@ -196,11 +217,15 @@ def test_deployment_alarms_roll_back(default: Synth) -> None:
         },
     )
     referenced = {n["Ref"] for n in names.as_array()}
-    paths = {default.template_json["Resources"][r]["Metadata"]["aws:cdk:path"].split("/")[-2] for r in referenced}
+    paths = {
+        default.template_json["Resources"][r]["Metadata"]["aws:cdk:path"].split("/")[-2] for r in referenced
+    }
     assert paths == set(observability.DEPLOYMENT_ALARMS)
     # None of them breaches on missing data: an idle new stack never rolls itself back.
     for logical_id in referenced:
-        assert default.template_json["Resources"][logical_id]["Properties"]["TreatMissingData"] == "notBreaching"
+        assert (
+            default.template_json["Resources"][logical_id]["Properties"]["TreatMissingData"] == "notBreaching"
+        )
 
 
 def test_deployments_replace_tasks_in_batches(default: Synth, custom: Synth) -> None:
@@ -240,9 +265,13 @@ def test_worker_root_filesystem_read_only_with_writable_tmp(default: Synth) -> N
 def test_dynamodb_gateway_endpoint_on_the_private_route_tables(default: Synth) -> None:
     endpoint = default.one("AWS::EC2::VPCEndpoint")["Properties"]
     assert endpoint["VpcEndpointType"] == "Gateway"
-    assert endpoint["ServiceName"] == {"Fn::Join": ["", ["com.amazonaws.", {"Ref": "AWS::Region"}, ".dynamodb"]]}
+    assert endpoint["ServiceName"] == {
+        "Fn::Join": ["", ["com.amazonaws.", {"Ref": "AWS::Region"}, ".dynamodb"]]
+    }
     (service,) = default.resources("AWS::ECS::Service").values()
-    subnets = {s["Ref"] for s in service["Properties"]["NetworkConfiguration"]["AwsvpcConfiguration"]["Subnets"]}
+    subnets = {
+        s["Ref"] for s in service["Properties"]["NetworkConfiguration"]["AwsvpcConfiguration"]["Subnets"]
+    }
     worker_route_tables = {
         a["Properties"]["RouteTableId"]["Ref"]
         for a in default.resources("AWS::EC2::SubnetRouteTableAssociation").values()
@@ -260,7 +289,9 @@ def test_table_ttl_on_purge_at_and_sparse_by_owner_index(default: Synth) -> None
         "AWS::DynamoDB::Table",
         {
             "TimeToLiveSpecification": {"AttributeName": "purge_at", "Enabled": True},
-            "AttributeDefinitions": Match.array_with([{"AttributeName": "lease_owner", "AttributeType": "S"}]),
+            "AttributeDefinitions": Match.array_with(
+                [{"AttributeName": "lease_owner", "AttributeType": "S"}]
+            ),
             "GlobalSecondaryIndexes": Match.array_with(
                 [
                     {
@@ -310,7 +341,11 @@ def dashboard_widgets(synth: Synth) -> dict[str, list[list[Any]]]:
     parts = body["Fn::Join"][1] if isinstance(body, dict) else [body]
     text = "".join(p if isinstance(p, str) else "<token>" for p in parts)
     widgets = json.loads(text)["widgets"]
-    return {w["properties"]["title"]: w["properties"].get("metrics", []) for w in widgets if "title" in w["properties"]}
+    return {
+        w["properties"]["title"]: w["properties"].get("metrics", [])
+        for w in widgets
+        if "title" in w["properties"]
+    }
 
 
 def test_dashboard_shows_the_fleet_the_indexes_and_the_sink(default: Synth, custom: Synth) -> None:
@@ -326,3 +361,45 @@ def test_dashboard_shows_the_fleet_the_indexes_and_the_sink(default: Synth, cust
     assert ("AWS/Kinesis", "PutRecords.ThrottledRecords") in shown
     custom_shown = {m[0] for metrics in dashboard_widgets(custom).values() for m in metrics}
     assert "AWS/Kinesis" not in custom_shown  # sink=null: no stream
+
+
+def references(value: Any) -> set[str]:
+    """Logical ids a template value refers to (Ref, Fn::GetAtt)."""
+    if isinstance(value, dict):
+        found: set[str] = set()
+        if "Ref" in value and isinstance(value["Ref"], str):
+            found.add(value["Ref"])
+        if "Fn::GetAtt" in value:
+            found.add(value["Fn::GetAtt"][0])
+        for item in value.values():
+            found |= references(item)
+        return found
+    if isinstance(value, list):
+        return set().union(*(references(v) for v in value)) if value else set()
+    return set()
+
+
+def test_deployment_alarms_form_no_dependency_cycle(default: Synth) -> None:
+    resources = default.template_json["Resources"]
+    edges = {
+        logical_id: (references(r.get("Properties", {})) | set(r.get("DependsOn", []))) & set(resources)
+        for logical_id, r in resources.items()
+    }
+    visiting: set[str] = set()
+    done: set[str] = set()
+
+    def visit(node: str, path: tuple[str, ...]) -> None:
+        assert node not in visiting, f"cycle: {' -> '.join((*path, node))}"
+        if node in done:
+            return
+        visiting.add(node)
+        for target in edges[node]:
+            visit(target, (*path, node))
+        visiting.discard(node)
+        done.add(node)
+
+    for node in edges:
+        visit(node, ())
+    # And the service does depend on the alarms (so the check covers the deployment alarms).
+    (service_id,) = default.resources("AWS::ECS::Service")
+    assert any("Alarm" in target for target in edges[service_id])

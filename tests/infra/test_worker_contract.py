@@ -86,7 +86,8 @@ def test_opentelemetry_reads_the_synthesized_sampler(edge: Synth, monkeypatch: p
         monkeypatch.setenv(name, env[name])
     sampler = sampling._get_from_env_or_default()
     assert isinstance(sampler, sampling.ParentBased)
-    assert f"TraceIdRatioBased{{{edge.config.trace_sample_ratio}}}" in sampler.get_description()
+    description: str = sampler.get_description()  # type: ignore[no-untyped-call]
+    assert f"TraceIdRatioBased{{{edge.config.trace_sample_ratio}}}" in description
 
 
 def worker_stop_timeout(synth: Synth) -> int:
