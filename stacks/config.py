@@ -12,11 +12,24 @@ and parsed strictly (no floats for integers, no "yes" for booleans). A broken ru
 from __future__ import annotations
 
 import itertools
-import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
+
+from stacks.context_values import (
+    ACCOUNT_PATTERN,
+    NAMESPACE_PATTERN,
+    REGION_PATTERN,
+    ConfigError,
+    parse_choice,
+    parse_int,
+    parse_optional_email,
+    parse_pattern,
+    parse_positive,
+    parse_ratio,
+)
+
+__all__ = ["ConfigError", "LeaseworkerConfig", "load_config"]
 
 Stage = Literal["dev", "prod"]
 LeaseMode = Literal["connection", "session"]
@@ -54,13 +67,6 @@ GSI_RENEWALS_PER_SECOND_CEILING = 500
 # OpenTelemetry sampling (DESIGN.md §7, §8): parent-based, with a trace-id ratio from context.
 TRACES_SAMPLER = "parentbased_traceidratio"
 
-_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
-_ACCOUNT = re.compile(r"[0-9]{12}")
-_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]")
-_NAMESPACE = re.compile(r"[A-Za-z0-9._/#:-]{1,255}")
-_INT = re.compile(r"[+-]?[0-9]+")
-_DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
-
 # The account/region used when none is given: synth is deterministic and offline, and
 # cdk.context.json carries the availability-zone facts for exactly this pair.
 DEFAULT_ACCOUNT = "123456789012"
@@ -72,16 +78,6 @@ PROJECT_TAG = "leaseworker"
 SERVICE_NAME = "leaseworker"
 # The ADOT sidecar's OTLP/HTTP receiver, reachable on localhost inside the awsvpc task.
 OTLP_HTTP_ENDPOINT = "http://localhost:4318"
-
-
-class ConfigError(ValueError):
-    """A context value broke a rule; str() is the one-line explanation."""
-
-    def __init__(self, name: str, value: object, rule: str) -> None:
-        super().__init__(f"invalid context {name}={value!r}: {rule}")
-        self.name = name
-        self.value = value
-        self.rule = rule
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -170,51 +166,6 @@ class LeaseworkerConfig:
 # Parsing: one parser per context parameter, then the cross-field rules.
 
 
-def _int(name: str, raw: object) -> int:
-    if isinstance(raw, bool):  # bool is an int subclass: `true` is not a number of seconds
-        raise ConfigError(name, raw, "must be an integer")
-    if isinstance(raw, int):
-        return raw
-    if isinstance(raw, str) and _INT.fullmatch(raw.strip()):
-        return int(raw.strip())
-    raise ConfigError(name, raw, "must be an integer")
-
-
-def _positive(name: str, raw: object) -> int:
-    value = _int(name, raw)
-    if value <= 0:
-        raise ConfigError(name, raw, "must be > 0")
-    return value
-
-
-def _ratio(name: str, raw: object) -> float:
-    """A number in 0..1; NaN, infinities and booleans are refused."""
-    rule = "must be a number between 0 and 1"
-    if isinstance(raw, bool):
-        raise ConfigError(name, raw, rule)
-    if isinstance(raw, int | float):
-        value = float(raw)
-    elif isinstance(raw, str) and _DECIMAL.fullmatch(raw.strip()):
-        value = float(raw.strip())
-    else:
-        raise ConfigError(name, raw, rule)
-    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        raise ConfigError(name, raw, rule)
-    return value
-
-
-def _choice(name: str, raw: object, allowed: tuple[str, ...]) -> str:
-    if isinstance(raw, str) and raw.strip() in allowed:
-        return raw.strip()
-    raise ConfigError(name, raw, f"must be one of {' | '.join(allowed)}")
-
-
-def _pattern(name: str, raw: object, pattern: re.Pattern[str], rule: str) -> str:
-    if isinstance(raw, str) and pattern.fullmatch(raw.strip()):
-        return raw.strip()
-    raise ConfigError(name, raw, rule)
-
-
 @dataclass(frozen=True, slots=True)
 class Parameter:
     """One context parameter: its context name, the config field, the default and the rule."""
@@ -225,59 +176,60 @@ class Parameter:
     rule: str
 
 
-def _optional_email(name: str, raw: object) -> str | None:
-    if raw is None or (isinstance(raw, str) and raw.strip() == ""):
-        return None
-    return _pattern(name, raw, _EMAIL, "must be an email address like ops@example.com")
-
-
 PARAMETERS: tuple[Parameter, ...] = (
-    Parameter("stage", "stage", lambda n, r: _choice(n, r, ("dev", "prod")), "dev | prod"),
+    Parameter("stage", "stage", lambda n, r: parse_choice(n, r, ("dev", "prod")), "dev | prod"),
     Parameter(
         "account",
         "account",
-        lambda n, r: _pattern(n, r, _ACCOUNT, "must be a 12-digit AWS account id"),
+        lambda n, r: parse_pattern(n, r, ACCOUNT_PATTERN, "must be a 12-digit AWS account id"),
         "12 digits",
     ),
     Parameter(
         "region",
         "region",
-        lambda n, r: _pattern(n, r, _REGION, "must be an AWS region like us-east-1"),
+        lambda n, r: parse_pattern(n, r, REGION_PATTERN, "must be an AWS region like us-east-1"),
         "an AWS region",
     ),
     Parameter(
         "leaseMode",
         "lease_mode",
-        lambda n, r: _choice(n, r, ("connection", "session")),
+        lambda n, r: parse_choice(n, r, ("connection", "session")),
         "connection | session",
     ),
-    Parameter("leaseSeconds", "lease_seconds", _positive, ">= 3 x heartbeatSeconds"),
-    Parameter("heartbeatSeconds", "heartbeat_seconds", _positive, "> 0"),
-    Parameter("reconcileSeconds", "reconcile_seconds", _positive, "> 0"),
-    Parameter("checkpointSeconds", "checkpoint_seconds", _positive, "> 0"),
-    Parameter("maxClockSkewMs", "max_clock_skew_ms", _int, ">= 0 and < leaseSeconds*1000/4"),
-    Parameter("maxConnectionsPerTask", "max_connections_per_task", _positive, "> 0"),
-    Parameter("stopTimeoutSeconds", "stop_timeout_seconds", _int, "2..120"),
-    Parameter("metricsSeconds", "metrics_seconds", _positive, "> 0"),
+    Parameter("leaseSeconds", "lease_seconds", parse_positive, ">= 3 x heartbeatSeconds"),
+    Parameter("heartbeatSeconds", "heartbeat_seconds", parse_positive, "> 0"),
+    Parameter("reconcileSeconds", "reconcile_seconds", parse_positive, "> 0"),
+    Parameter("checkpointSeconds", "checkpoint_seconds", parse_positive, "> 0"),
+    Parameter("maxClockSkewMs", "max_clock_skew_ms", parse_int, ">= 0 and < leaseSeconds*1000/4"),
+    Parameter("maxConnectionsPerTask", "max_connections_per_task", parse_positive, "> 0"),
+    Parameter("stopTimeoutSeconds", "stop_timeout_seconds", parse_int, "2..120"),
+    Parameter("metricsSeconds", "metrics_seconds", parse_positive, "> 0"),
     Parameter(
-        "sink", "sink", lambda n, r: _choice(n, r, ("kinesis", "null", "stdout")), "kinesis | null | stdout"
+        "sink",
+        "sink",
+        lambda n, r: parse_choice(n, r, ("kinesis", "null", "stdout")),
+        "kinesis | null | stdout",
     ),
-    Parameter("minTasks", "min_tasks", _positive, ">= 1"),
-    Parameter("maxTasks", "max_tasks", _positive, ">= minTasks"),
-    Parameter("taskCpu", "task_cpu", _int, "a Fargate cpu size"),
-    Parameter("taskMemoryMiB", "task_memory_mib", _int, "a Fargate memory size for taskCpu"),
-    Parameter("natGateways", "nat_gateways", _int, f"1..{VPC_MAX_AZS}; default: dev 1, prod one per AZ"),
-    Parameter("scaleTargetConnections", "scale_target_connections", _positive, "<= maxConnectionsPerTask"),
-    Parameter("scaleInCooldownSeconds", "scale_in_cooldown_seconds", _int, "0..3600"),
-    Parameter("scaleOutCooldownSeconds", "scale_out_cooldown_seconds", _int, "0..3600"),
-    Parameter("alarmEmail", "alarm_email", _optional_email, "optional email address"),
+    Parameter("minTasks", "min_tasks", parse_positive, ">= 1"),
+    Parameter("maxTasks", "max_tasks", parse_positive, ">= minTasks"),
+    Parameter("taskCpu", "task_cpu", parse_int, "a Fargate cpu size"),
+    Parameter("taskMemoryMiB", "task_memory_mib", parse_int, "a Fargate memory size for taskCpu"),
+    Parameter("natGateways", "nat_gateways", parse_int, f"1..{VPC_MAX_AZS}; default: dev 1, prod one per AZ"),
+    Parameter(
+        "scaleTargetConnections", "scale_target_connections", parse_positive, "<= maxConnectionsPerTask"
+    ),
+    Parameter("scaleInCooldownSeconds", "scale_in_cooldown_seconds", parse_int, "0..3600"),
+    Parameter("scaleOutCooldownSeconds", "scale_out_cooldown_seconds", parse_int, "0..3600"),
+    Parameter("alarmEmail", "alarm_email", parse_optional_email, "optional email address"),
     Parameter(
         "metricsNamespace",
         "metrics_namespace",
-        lambda n, r: _pattern(n, r, _NAMESPACE, "must be a CloudWatch namespace ([A-Za-z0-9._/#:-], 1..255)"),
+        lambda n, r: parse_pattern(
+            n, r, NAMESPACE_PATTERN, "must be a CloudWatch namespace ([A-Za-z0-9._/#:-], 1..255)"
+        ),
         "a CloudWatch namespace",
     ),
-    Parameter("traceSampleRatio", "trace_sample_ratio", _ratio, "0..1"),
+    Parameter("traceSampleRatio", "trace_sample_ratio", parse_ratio, "0..1"),
 )
 
 CONTEXT_NAMES: Mapping[str, str] = {p.field: p.context for p in PARAMETERS}
