@@ -13,7 +13,7 @@ help:
 	@echo "make demo    - the local fleet: DynamoDB Local, a feed, workers, a live view"
 	@echo "make test    - install everything, then ruff, mypy --strict and every test"
 	@echo "make synth   - cdk synth, offline"
-	@echo "make deploy  - cdk bootstrap + deploy to the account in your AWS credentials"
+	@echo "make deploy  - checks, service-linked roles, cdk bootstrap + deploy to your credentials' account (DEPLOY_ARGS=\"-c stage=prod\")"
 	@echo "make bench   - lease-protocol benchmarks (not part of make test)"
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt worker_src/requirements.txt worker_src/pyproject.toml
