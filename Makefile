@@ -13,7 +13,7 @@ help:
 	@echo "make demo    - the local fleet: DynamoDB Local, a feed, workers, a live view"
 	@echo "make test    - install everything, then ruff, mypy --strict and every test"
 	@echo "make synth   - cdk synth, offline"
-	@echo "make deploy  - cdk bootstrap + deploy to the account in your AWS credentials"
+	@echo "make deploy  - checks, service-linked roles, cdk bootstrap + deploy to your credentials' account (DEPLOY_ARGS=\"-c stage=prod\")"
 	@echo "make bench   - lease-protocol benchmarks (not part of make test)"
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt worker_src/requirements.txt worker_src/pyproject.toml
@@ -47,17 +47,20 @@ test-fast: deps
 demo: deps
 	$(BIN)/leaseworker local up
 
+# cdk.json runs `python3 app.py` (the `cdk init` convention: whatever virtualenv is active);
+# here the project's .venv goes first on PATH, so `make` needs no activation.
+CDK_PATH := PATH="$(CURDIR)/$(BIN):$$PATH"
+
 synth: deps
-	npx cdk synth --quiet
+	$(CDK_PATH) npx cdk synth --quiet
 
 # Synth defaults to a placeholder account so that it stays offline and deterministic; a real
-# deploy passes the account and region of the caller's credentials explicitly.
+# deploy passes the account and region of the caller's credentials explicitly. scripts/deploy.sh
+# checks Docker (or CDK_DOCKER), the region and the credentials, pre-creates the ECS service-
+# linked roles, then bootstraps and deploys. DEPLOY_ARGS go to cdk deploy, e.g.
+# make deploy DEPLOY_ARGS="-c stage=prod -c alarmEmail=ops@example.com"
 deploy: deps
-	@command -v aws >/dev/null || { echo "error: the AWS CLI is needed for make deploy (it reads your account id)" >&2; exit 1; }
-	ACCOUNT=$$(aws sts get-caller-identity --query Account --output text) && \
-	REGION=$${AWS_REGION:-$$(aws configure get region)} && \
-	npx cdk bootstrap aws://$$ACCOUNT/$$REGION && \
-	npx cdk deploy -c account=$$ACCOUNT -c region=$$REGION --require-approval broadening
+	$(CDK_PATH) bash scripts/deploy.sh $(DEPLOY_ARGS)
 
 bench: deps
 	$(BIN)/python bench/lease_bench.py

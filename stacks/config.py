@@ -12,10 +12,24 @@ and parsed strictly (no floats for integers, no "yes" for booleans). A broken ru
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
+
+from stacks.context_values import (
+    ACCOUNT_PATTERN,
+    NAMESPACE_PATTERN,
+    REGION_PATTERN,
+    ConfigError,
+    parse_choice,
+    parse_int,
+    parse_optional_email,
+    parse_pattern,
+    parse_positive,
+    parse_ratio,
+)
+
+__all__ = ["ConfigError", "LeaseworkerConfig", "load_config"]
 
 Stage = Literal["dev", "prod"]
 LeaseMode = Literal["connection", "session"]
@@ -38,31 +52,32 @@ FARGATE_TASK_SIZES: Mapping[int, tuple[int, ...]] = {
 # The VPC spans this many availability zones; natGateways may not exceed it.
 VPC_MAX_AZS = 2
 
-_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
-_ACCOUNT = re.compile(r"[0-9]{12}")
-_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]")
-_NAMESPACE = re.compile(r"[A-Za-z0-9._/#:-]{1,255}")
-_INT = re.compile(r"[+-]?[0-9]+")
+# The lease modes this worker version runs. `leaseMode` parses both values of DESIGN.md §7,
+# but synth refuses a mode the worker cannot run (it would deploy a crash-looping service).
+# Enabling session mode is this one line: ("connection", "session").
+SUPPORTED_LEASE_MODES: tuple[LeaseMode, ...] = ("connection",)
+
+# DESIGN.md §2a: in connection mode every renewal rewrites the by-state-expiry sort key, and
+# all STARTED items share one index partition key. One partition takes about 1,000 writes/s
+# and a renewal costs about 2 index writes, so the fleet can hold about
+# 500 x HEARTBEAT_SECONDS connections. Beyond that the index throttles, which throttles the
+# table's renewals and loses leases at scale: synth refuses, it does not merely warn.
+GSI_RENEWALS_PER_SECOND_CEILING = 500
+
+# OpenTelemetry sampling (DESIGN.md §7, §8): parent-based, with a trace-id ratio from context.
+TRACES_SAMPLER = "parentbased_traceidratio"
 
 # The account/region used when none is given: synth is deterministic and offline, and
 # cdk.context.json carries the availability-zone facts for exactly this pair.
 DEFAULT_ACCOUNT = "123456789012"
 DEFAULT_REGION = "us-east-1"
 
+# The `project` tag on every resource.
+PROJECT_TAG = "leaseworker"
 # The Powertools `service` dimension the worker's EMF metrics carry (POWERTOOLS_SERVICE_NAME).
 SERVICE_NAME = "leaseworker"
 # The ADOT sidecar's OTLP/HTTP receiver, reachable on localhost inside the awsvpc task.
 OTLP_HTTP_ENDPOINT = "http://localhost:4318"
-
-
-class ConfigError(ValueError):
-    """A context value broke a rule; str() is the one-line explanation."""
-
-    def __init__(self, name: str, value: object, rule: str) -> None:
-        super().__init__(f"invalid context {name}={value!r}: {rule}")
-        self.name = name
-        self.value = value
-        self.rule = rule
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,10 +100,13 @@ class LeaseworkerConfig:
     sink: SinkKind = "kinesis"
     # Fleet and network.
     min_tasks: int = 1
-    max_tasks: int = 10
+    # 3 x 700 = 2,100 connections stays under the connection-mode ceiling (2,500 at a 5 s
+    # heartbeat); see GSI_RENEWALS_PER_SECOND_CEILING.
+    max_tasks: int = 3
     task_cpu: int = 512
     task_memory_mib: int = 1024
-    nat_gateways: int = 1
+    # None: the stage's default, see `nat_gateway_count` (dev 1, prod one per AZ).
+    nat_gateways: int | None = None
     # Autoscaling on the average of ActiveConnections per task.
     scale_target_connections: int = 700
     scale_in_cooldown_seconds: int = 300
@@ -96,10 +114,29 @@ class LeaseworkerConfig:
     # Observability.
     alarm_email: str | None = None
     metrics_namespace: str = "Leaseworker"
+    # Fraction of root traces sampled (OTEL_TRACES_SAMPLER_ARG); children follow their parent.
+    trace_sample_ratio: float = 0.01
 
     @property
     def is_prod(self) -> bool:
         return self.stage == "prod"
+
+    @property
+    def nat_gateway_count(self) -> int:
+        """natGateways if given, else one per AZ in prod (an AZ outage keeps egress) and 1 in dev."""
+        if self.nat_gateways is not None:
+            return self.nat_gateways
+        return VPC_MAX_AZS if self.is_prod else 1
+
+    @property
+    def max_fleet_connections(self) -> int:
+        """What autoscaling can reach: maxTasks tasks at the target average each."""
+        return self.max_tasks * self.scale_target_connections
+
+    @property
+    def gsi_connection_ceiling(self) -> int:
+        """The §2a ceiling of connection mode: about 500 x heartbeatSeconds connections."""
+        return GSI_RENEWALS_PER_SECOND_CEILING * self.heartbeat_seconds
 
     def worker_environment(self) -> dict[str, str]:
         """The config-derived part of the container environment (DESIGN.md §7).
@@ -120,40 +157,13 @@ class LeaseworkerConfig:
             "POWERTOOLS_METRICS_NAMESPACE": self.metrics_namespace,
             "OTEL_EXPORTER_OTLP_ENDPOINT": OTLP_HTTP_ENDPOINT,
             "OTEL_SERVICE_NAME": SERVICE_NAME,
+            "OTEL_TRACES_SAMPLER": TRACES_SAMPLER,
+            "OTEL_TRACES_SAMPLER_ARG": repr(self.trace_sample_ratio),
         }
 
 
 # ---------------------------------------------------------------------------------------------
 # Parsing: one parser per context parameter, then the cross-field rules.
-
-
-def _int(name: str, raw: object) -> int:
-    if isinstance(raw, bool):  # bool is an int subclass: `true` is not a number of seconds
-        raise ConfigError(name, raw, "must be an integer")
-    if isinstance(raw, int):
-        return raw
-    if isinstance(raw, str) and _INT.fullmatch(raw.strip()):
-        return int(raw.strip())
-    raise ConfigError(name, raw, "must be an integer")
-
-
-def _positive(name: str, raw: object) -> int:
-    value = _int(name, raw)
-    if value <= 0:
-        raise ConfigError(name, raw, "must be > 0")
-    return value
-
-
-def _choice(name: str, raw: object, allowed: tuple[str, ...]) -> str:
-    if isinstance(raw, str) and raw.strip() in allowed:
-        return raw.strip()
-    raise ConfigError(name, raw, f"must be one of {' | '.join(allowed)}")
-
-
-def _pattern(name: str, raw: object, pattern: re.Pattern[str], rule: str) -> str:
-    if isinstance(raw, str) and pattern.fullmatch(raw.strip()):
-        return raw.strip()
-    raise ConfigError(name, raw, rule)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,58 +176,60 @@ class Parameter:
     rule: str
 
 
-def _optional_email(name: str, raw: object) -> str | None:
-    if raw is None or (isinstance(raw, str) and raw.strip() == ""):
-        return None
-    return _pattern(name, raw, _EMAIL, "must be an email address like ops@example.com")
-
-
 PARAMETERS: tuple[Parameter, ...] = (
-    Parameter("stage", "stage", lambda n, r: _choice(n, r, ("dev", "prod")), "dev | prod"),
+    Parameter("stage", "stage", lambda n, r: parse_choice(n, r, ("dev", "prod")), "dev | prod"),
     Parameter(
         "account",
         "account",
-        lambda n, r: _pattern(n, r, _ACCOUNT, "must be a 12-digit AWS account id"),
+        lambda n, r: parse_pattern(n, r, ACCOUNT_PATTERN, "must be a 12-digit AWS account id"),
         "12 digits",
     ),
     Parameter(
         "region",
         "region",
-        lambda n, r: _pattern(n, r, _REGION, "must be an AWS region like us-east-1"),
+        lambda n, r: parse_pattern(n, r, REGION_PATTERN, "must be an AWS region like us-east-1"),
         "an AWS region",
     ),
     Parameter(
         "leaseMode",
         "lease_mode",
-        lambda n, r: _choice(n, r, ("connection", "session")),
+        lambda n, r: parse_choice(n, r, ("connection", "session")),
         "connection | session",
     ),
-    Parameter("leaseSeconds", "lease_seconds", _positive, ">= 3 x heartbeatSeconds"),
-    Parameter("heartbeatSeconds", "heartbeat_seconds", _positive, "> 0"),
-    Parameter("reconcileSeconds", "reconcile_seconds", _positive, "> 0"),
-    Parameter("checkpointSeconds", "checkpoint_seconds", _positive, "> 0"),
-    Parameter("maxClockSkewMs", "max_clock_skew_ms", _int, ">= 0 and < leaseSeconds*1000/4"),
-    Parameter("maxConnectionsPerTask", "max_connections_per_task", _positive, "> 0"),
-    Parameter("stopTimeoutSeconds", "stop_timeout_seconds", _int, "2..120"),
-    Parameter("metricsSeconds", "metrics_seconds", _positive, "> 0"),
+    Parameter("leaseSeconds", "lease_seconds", parse_positive, ">= 3 x heartbeatSeconds"),
+    Parameter("heartbeatSeconds", "heartbeat_seconds", parse_positive, "> 0"),
+    Parameter("reconcileSeconds", "reconcile_seconds", parse_positive, "> 0"),
+    Parameter("checkpointSeconds", "checkpoint_seconds", parse_positive, "> 0"),
+    Parameter("maxClockSkewMs", "max_clock_skew_ms", parse_int, ">= 0 and < leaseSeconds*1000/4"),
+    Parameter("maxConnectionsPerTask", "max_connections_per_task", parse_positive, "> 0"),
+    Parameter("stopTimeoutSeconds", "stop_timeout_seconds", parse_int, "2..120"),
+    Parameter("metricsSeconds", "metrics_seconds", parse_positive, "> 0"),
     Parameter(
-        "sink", "sink", lambda n, r: _choice(n, r, ("kinesis", "null", "stdout")), "kinesis | null | stdout"
+        "sink",
+        "sink",
+        lambda n, r: parse_choice(n, r, ("kinesis", "null", "stdout")),
+        "kinesis | null | stdout",
     ),
-    Parameter("minTasks", "min_tasks", _positive, ">= 1"),
-    Parameter("maxTasks", "max_tasks", _positive, ">= minTasks"),
-    Parameter("taskCpu", "task_cpu", _int, "a Fargate cpu size"),
-    Parameter("taskMemoryMiB", "task_memory_mib", _int, "a Fargate memory size for taskCpu"),
-    Parameter("natGateways", "nat_gateways", _int, f"1..{VPC_MAX_AZS}"),
-    Parameter("scaleTargetConnections", "scale_target_connections", _positive, "<= maxConnectionsPerTask"),
-    Parameter("scaleInCooldownSeconds", "scale_in_cooldown_seconds", _int, "0..3600"),
-    Parameter("scaleOutCooldownSeconds", "scale_out_cooldown_seconds", _int, "0..3600"),
-    Parameter("alarmEmail", "alarm_email", _optional_email, "optional email address"),
+    Parameter("minTasks", "min_tasks", parse_positive, ">= 1"),
+    Parameter("maxTasks", "max_tasks", parse_positive, ">= minTasks"),
+    Parameter("taskCpu", "task_cpu", parse_int, "a Fargate cpu size"),
+    Parameter("taskMemoryMiB", "task_memory_mib", parse_int, "a Fargate memory size for taskCpu"),
+    Parameter("natGateways", "nat_gateways", parse_int, f"1..{VPC_MAX_AZS}; default: dev 1, prod one per AZ"),
+    Parameter(
+        "scaleTargetConnections", "scale_target_connections", parse_positive, "<= maxConnectionsPerTask"
+    ),
+    Parameter("scaleInCooldownSeconds", "scale_in_cooldown_seconds", parse_int, "0..3600"),
+    Parameter("scaleOutCooldownSeconds", "scale_out_cooldown_seconds", parse_int, "0..3600"),
+    Parameter("alarmEmail", "alarm_email", parse_optional_email, "optional email address"),
     Parameter(
         "metricsNamespace",
         "metrics_namespace",
-        lambda n, r: _pattern(n, r, _NAMESPACE, "must be a CloudWatch namespace ([A-Za-z0-9._/#:-], 1..255)"),
+        lambda n, r: parse_pattern(
+            n, r, NAMESPACE_PATTERN, "must be a CloudWatch namespace ([A-Za-z0-9._/#:-], 1..255)"
+        ),
         "a CloudWatch namespace",
     ),
+    Parameter("traceSampleRatio", "trace_sample_ratio", parse_ratio, "0..1"),
 )
 
 CONTEXT_NAMES: Mapping[str, str] = {p.field: p.context for p in PARAMETERS}
@@ -238,6 +250,13 @@ def _describe_sizes(sizes: tuple[int, ...]) -> str:
 def validate(config: LeaseworkerConfig) -> LeaseworkerConfig:
     """The cross-field rules (DESIGN.md §7); each names the parameter that breaks it."""
     c = config
+    _check(
+        c.lease_mode in SUPPORTED_LEASE_MODES,
+        c,
+        "lease_mode",
+        f"{c.lease_mode} mode is not available in this worker version "
+        f"(supported: {' | '.join(SUPPORTED_LEASE_MODES)})",
+    )
     _check(
         c.lease_seconds >= 3 * c.heartbeat_seconds,
         c,
@@ -274,7 +293,7 @@ def validate(config: LeaseworkerConfig) -> LeaseworkerConfig:
         f"must be a Fargate memory size for taskCpu={c.task_cpu}: {_describe_sizes(allowed)}",
     )
     _check(
-        1 <= c.nat_gateways <= VPC_MAX_AZS,
+        1 <= c.nat_gateway_count <= VPC_MAX_AZS,
         c,
         "nat_gateways",
         f"must be between 1 and {VPC_MAX_AZS}: workers reach upstream feeds through NAT",
@@ -287,6 +306,16 @@ def validate(config: LeaseworkerConfig) -> LeaseworkerConfig:
     )
     for field in ("scale_in_cooldown_seconds", "scale_out_cooldown_seconds"):
         _check(0 <= getattr(c, field) <= 3600, c, field, "must be between 0 and 3600")
+    if c.lease_mode == "connection":
+        _check(
+            c.max_fleet_connections <= c.gsi_connection_ceiling,
+            c,
+            "max_tasks",
+            f"maxTasks x scaleTargetConnections = {c.max_tasks} x {c.scale_target_connections} = "
+            f"{c.max_fleet_connections} connections exceeds the connection-mode index ceiling "
+            f"{GSI_RENEWALS_PER_SECOND_CEILING} x heartbeatSeconds = {c.gsi_connection_ceiling} "
+            "(DESIGN.md §2a); lower maxTasks or scaleTargetConnections, or raise heartbeatSeconds",
+        )
     return c
 
 

@@ -10,10 +10,20 @@ PARTITION_KEY = "connection_id"
 STATE_EXPIRY_INDEX = "by-state-expiry"
 STATE_EXPIRY_INDEX_PK = "desired_state"
 STATE_EXPIRY_INDEX_SK = "lease_expires_at_ms"
+# Sparse: only items with an owner are in it; a worker finds what it holds (DESIGN.md §2).
+OWNER_INDEX = "by-owner"
+OWNER_INDEX_PK = "lease_owner"
+INDEXES: tuple[str, ...] = (STATE_EXPIRY_INDEX, OWNER_INDEX)
+# Epoch seconds on the workers' session and checkpoint items (DESIGN.md §2.0, §2b): DynamoDB
+# deletes the items of workers gone for good. Connection items never carry it.
+TTL_ATTRIBUTE = "purge_at"
 
 
 class LeaseTable(Construct):
-    """On-demand, PITR, encrypted; `by-state-expiry` finds STARTED connections whose lease expired.
+    """On-demand, PITR, encrypted, TTL on `purge_at`; two KEYS_ONLY GSIs.
+
+    `by-state-expiry` finds STARTED connections whose lease expired; `by-owner` (sparse, PK
+    `lease_owner`) lists what one worker holds.
 
     The GSI projects KEYS_ONLY, as `leaseworker table create` does locally. Every reader of
     the index needs only keys: reconcile asks for connection_id, and the fair-share view only
@@ -34,6 +44,7 @@ class LeaseTable(Construct):
                 point_in_time_recovery_enabled=True
             ),
             encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            time_to_live_attribute=TTL_ATTRIBUTE,
             deletion_protection=retain,
             removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
         )
@@ -41,5 +52,10 @@ class LeaseTable(Construct):
             index_name=STATE_EXPIRY_INDEX,
             partition_key=dynamodb.Attribute(name=STATE_EXPIRY_INDEX_PK, type=dynamodb.AttributeType.STRING),
             sort_key=dynamodb.Attribute(name=STATE_EXPIRY_INDEX_SK, type=dynamodb.AttributeType.NUMBER),
+            projection_type=dynamodb.ProjectionType.KEYS_ONLY,
+        )
+        self.table.add_global_secondary_index(
+            index_name=OWNER_INDEX,
+            partition_key=dynamodb.Attribute(name=OWNER_INDEX_PK, type=dynamodb.AttributeType.STRING),
             projection_type=dynamodb.ProjectionType.KEYS_ONLY,
         )

@@ -4,28 +4,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import CfnOutput, Duration, Environment, Stack
+from aws_cdk import CfnOutput, Duration, Environment, Stack, Tags
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks.config import LeaseworkerConfig
-from stacks.lease_table import STATE_EXPIRY_INDEX, LeaseTable
+from stacks.config import PROJECT_TAG, LeaseworkerConfig
+from stacks.lease_table import INDEXES, LeaseTable
 from stacks.notification_queue import NotificationQueue
 from stacks.observability import Observability
 from stacks.scaling import WorkerScaling
 from stacks.sink import KinesisSink
-from stacks.worker_service import WorkerService
+from stacks.worker_service import HealthCheckTiming, WorkerService
 
 WORKER_SOURCE = Path(__file__).resolve().parent.parent / "worker_src"
 
 # Exactly what the worker process calls (tests/infra/test_iam.py scans worker_src to keep this
 # in step): the lease store's conditional UpdateItems (acquire, renew, release, checkpoint) and
 # GetItem on connection items, PutItem/DeleteItem on its own `worker#<id>` presence item, and
-# Query on the by-state-expiry index (reconcile). Table administration (Scan, DescribeTable,
-# creating connections) is the CLI's, run with operator credentials, never the task role's.
+# Query on the GSIs: by-state-expiry (reconcile) and by-owner (what a worker holds). Table
+# administration (Scan, DescribeTable, creating connections) is the CLI's, run with operator
+# credentials, never the task role's.
 TABLE_ITEM_ACTIONS: tuple[str, ...] = (
     "dynamodb:DeleteItem",
     "dynamodb:GetItem",
@@ -55,6 +56,9 @@ class LeaseworkerStack(Stack):
             env=Environment(account=config.account, region=config.region),
             termination_protection=config.is_prod,
         )
+        # Resource tags (CloudFormation also propagates them to what it creates).
+        for key, value in (("project", PROJECT_TAG), ("stage", config.stage)):
+            Tags.of(self).add(key, value)
         retain = config.is_prod
         log_retention = logs.RetentionDays.ONE_YEAR if retain else logs.RetentionDays.ONE_MONTH
 
@@ -76,7 +80,11 @@ class LeaseworkerStack(Stack):
             cpu=config.task_cpu,
             memory_mib=config.task_memory_mib,
             stop_timeout=Duration.seconds(config.stop_timeout_seconds),
-            nat_gateways=config.nat_gateways,
+            health_check=HealthCheckTiming.derive(
+                heartbeat_seconds=config.heartbeat_seconds, lease_seconds=config.lease_seconds
+            ),
+            min_tasks=config.min_tasks,
+            nat_gateways=config.nat_gateway_count,
             log_retention=log_retention,
             retain=retain,
         )
@@ -91,9 +99,9 @@ class LeaseworkerStack(Stack):
         )
         task_role.add_to_principal_policy(
             iam.PolicyStatement(
-                sid="LeaseTableStateExpiryIndex",
+                sid="LeaseTableIndexes",
                 actions=list(INDEX_ACTIONS),
-                resources=[f"{table.table_arn}/index/{STATE_EXPIRY_INDEX}"],
+                resources=[f"{table.table_arn}/index/{index}" for index in INDEXES],
             )
         )
         notifications.queue.grant(task_role, *QUEUE_ACTIONS)
@@ -116,11 +124,24 @@ class LeaseworkerStack(Stack):
             "Observability",
             namespace=config.metrics_namespace,
             table=table,
-            index_name=STATE_EXPIRY_INDEX,
+            index_names=INDEXES,
             dead_letter_queue=notifications.dead_letter_queue,
+            service=workers.service,
+            min_tasks=config.min_tasks,
+            metrics_seconds=config.metrics_seconds,
+            stream=sink.stream if sink is not None else None,
             alarm_email=config.alarm_email,
             retain=retain,
         )
+        # A revision that cannot acquire or keep leases is rolled back (the circuit breaker
+        # covers tasks that never get healthy).
+        workers.service.enable_deployment_alarms(
+            [a.alarm_name for a in observability.deployment_alarms],
+            behavior=ecs.AlarmBehavior.ROLLBACK_ON_ALARM,
+        )
+        # CDK prints an INFO that an alarm named by reference may form a cycle with the
+        # service. These alarms reference only worker metrics and the topic, never the service;
+        # tests/infra/test_production.py proves the template acyclic.
 
         # --- Outputs: what operators and the CLI need --------------------------------------
         CfnOutput(self, "TableName", value=table.table_name, description="TABLE_NAME for the leaseworker CLI")

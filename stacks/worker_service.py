@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from aws_cdk import CfnResource, Duration, RemovalPolicy, Size, Stack
 from aws_cdk import aws_ec2 as ec2
@@ -32,16 +34,81 @@ XRAY_ACTIONS: tuple[str, ...] = (
     "xray:PutTraceSegments",
 )
 
+# The worker's writable scratch space: the root filesystem is read-only. The health file
+# (/tmp/leaseworker/health.json, LEASEWORKER_HEALTH_FILE), Python's and OpenTelemetry's
+# temporary files all live under /tmp, a task volume (Fargate ephemeral storage).
+SCRATCH_VOLUME = "tmp"
+SCRATCH_PATH = "/tmp"
+HEALTH_COMMAND = ["CMD", "leaseworker", "health"]
+
+# Rolling deployments replace about this share of the fleet per batch (see `max_healthy_percent`).
+DEPLOYMENT_BATCH_PERCENT = 25
+
 # One socket per upstream connection plus SDK pools: 1000 connections need far more than
 # the default 1024 descriptors.
 NOFILE_LIMIT = 65536
 
 
-class WorkerService(Construct):
-    """VPC (private subnets, NAT egress, flow logs), cluster, task definition and service.
+@dataclass(frozen=True, slots=True)
+class HealthCheckTiming:
+    """The container health check, derived from the lease timings (all in seconds).
 
-    Desired count is left to autoscaling (see `stacks.scaling`); deployments replace tasks
-    one batch at a time and each stopped task hands its leases over on SIGTERM.
+    `leaseworker health` passes only while heartbeats land. Checking every 2 heartbeats and
+    failing after about one lease of failed checks marks a wedged worker unhealthy within
+    roughly the time its leases take to expire anyway (its peers take them over), and ECS
+    then replaces the task. The start period covers start-up up to the first heartbeat.
+    ECS limits: interval 5..300, timeout 2..60, retries 1..10, start period 0..300.
+    """
+
+    interval: int
+    timeout: int
+    retries: int
+    start_period: int
+
+    @classmethod
+    def derive(cls, *, heartbeat_seconds: int, lease_seconds: int) -> HealthCheckTiming:
+        interval = min(300, max(5, 2 * heartbeat_seconds))
+        return cls(
+            interval=interval,
+            timeout=min(60, max(2, interval // 2)),
+            retries=min(10, max(1, math.ceil(lease_seconds / interval))),
+            start_period=min(300, 2 * lease_seconds),
+        )
+
+    def health_check(self) -> ecs.HealthCheck:
+        return ecs.HealthCheck(
+            command=HEALTH_COMMAND,
+            interval=Duration.seconds(self.interval),
+            timeout=Duration.seconds(self.timeout),
+            retries=self.retries,
+            start_period=Duration.seconds(self.start_period),
+        )
+
+
+def max_healthy_percent(min_tasks: int) -> int:
+    """The rolling deployment's ceiling, as a percentage of the desired count.
+
+    ECS rounds desired x maximumPercent / 100 down, and minimumHealthyPercent stays at 100
+    (a task is only stopped once its replacement runs). So a batch is floor(desired x
+    (percent - 100) / 100) tasks, which must be at least 1 at the smallest fleet, minTasks,
+    or the deployment cannot start a single new task. The percent is therefore
+    100 + max(25, ceil(100 / minTasks)), capped at 200: with minTasks >= 4 a deployment
+    replaces about a quarter of the fleet per batch; with minTasks = 1 (the default) the
+    cap is 200 and a fleet scaled out beyond one task is replaced in one batch (each old
+    task still hands its leases over on SIGTERM, DESIGN.md §2c L2).
+    """
+    return min(200, 100 + max(DEPLOYMENT_BATCH_PERCENT, math.ceil(100 / min_tasks)))
+
+
+class WorkerService(Construct):
+    """VPC (private subnets, NAT egress, DynamoDB gateway endpoint, flow logs), cluster, task
+    definition and service.
+
+    Desired count is left to autoscaling (see `stacks.scaling`). Deployments are rolling:
+    minimumHealthyPercent 100 and maximumPercent from `max_healthy_percent`, so new tasks
+    start in batches and an old task stops only once a new one runs; each stopped task hands
+    its leases over on SIGTERM. The circuit breaker and the deployment alarms (added by the
+    stack with `enable_deployment_alarms`) roll a bad revision back.
     """
 
     def __init__(
@@ -54,6 +121,8 @@ class WorkerService(Construct):
         cpu: int,
         memory_mib: int,
         stop_timeout: Duration,
+        health_check: HealthCheckTiming,
+        min_tasks: int,
         nat_gateways: int,
         log_retention: logs.RetentionDays,
         retain: bool,
@@ -92,6 +161,23 @@ class WorkerService(Construct):
         )
         if isinstance(handler, CfnResource):
             handler.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3005"]}})
+            # Without a log group of its own the handler logs to an auto-created
+            # /aws/lambda/... group that never expires.
+            self.custom_resource_log_group = logs.LogGroup(
+                self, "CustomResourceLogs", retention=log_retention, removal_policy=removal
+            )
+            handler.add_property_override(
+                "LoggingConfig", {"LogGroup": self.custom_resource_log_group.log_group_name}
+            )
+            handler.node.add_dependency(self.custom_resource_log_group)
+
+        # Renewals, reconciles and checkpoints reach DynamoDB through a gateway endpoint (free):
+        # the lease path never depends on a NAT gateway, and costs no NAT data processing.
+        self.dynamodb_endpoint = self.vpc.add_gateway_endpoint(
+            "DynamoDbEndpoint",
+            service=ec2.GatewayVpcEndpointAwsService.DYNAMODB,
+            subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)],
+        )
 
         # --- Cluster -----------------------------------------------------------------------
         self.cluster = ecs.Cluster(
@@ -110,6 +196,7 @@ class WorkerService(Construct):
                 operating_system_family=ecs.OperatingSystemFamily.LINUX,
             ),
         )
+        self.task_definition.add_volume(name=SCRATCH_VOLUME)
         # awslogs in non-blocking mode: a slow log pipeline must never stall the worker's
         # event loop (a stalled loop misses renewals and self-fences). The cost is that EMF
         # lines can be dropped if the 25 MiB buffer fills; metrics are best-effort, leases
@@ -119,6 +206,8 @@ class WorkerService(Construct):
             image=image,
             environment=dict(environment),
             essential=True,
+            readonly_root_filesystem=True,
+            health_check=health_check.health_check(),
             stop_timeout=stop_timeout,
             ulimits=[
                 ecs.Ulimit(name=ecs.UlimitName.NOFILE, soft_limit=NOFILE_LIMIT, hard_limit=NOFILE_LIMIT)
@@ -129,6 +218,9 @@ class WorkerService(Construct):
                 mode=ecs.AwsLogDriverMode.NON_BLOCKING,
                 max_buffer_size=Size.mebibytes(25),
             ),
+        )
+        self.worker.add_mount_points(
+            ecs.MountPoint(container_path=SCRATCH_PATH, source_volume=SCRATCH_VOLUME, read_only=False)
         )
         # The collector is not essential: tracing is diagnostics. If it crashes, the worker
         # keeps its leases (the OTel exporter drops spans) instead of the whole task dying
@@ -189,6 +281,6 @@ class WorkerService(Construct):
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             circuit_breaker=ecs.DeploymentCircuitBreaker(enable=True, rollback=True),
             min_healthy_percent=100,
-            max_healthy_percent=200,
+            max_healthy_percent=max_healthy_percent(min_tasks),
             enable_execute_command=False,
         )

@@ -24,7 +24,7 @@ from aws_cdk import App
 from aws_cdk.assertions import Template
 
 from stacks.application import build
-from stacks.config import LeaseworkerConfig, load_config
+from stacks.config import SUPPORTED_LEASE_MODES, LeaseworkerConfig, load_config
 from stacks.leaseworker_stack import LeaseworkerStack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,13 +107,15 @@ def container_environment(template_json: Mapping[str, Any], container: str = "wo
 
 
 # Every parameter set to a non-default value, as `-c` strings. A separate account needs its
-# own AZ facts (offline synth never looks them up).
+# own AZ facts (offline synth never looks them up). leaseMode's only other value, session, is
+# refused until the worker runs it (stacks.config.SUPPORTED_LEASE_MODES).
 CUSTOM_ACCOUNT = "210987654321"
+SESSION_MODE_SUPPORTED = "session" in SUPPORTED_LEASE_MODES
 CUSTOM: dict[str, Any] = {
     "stage": "prod",
     "account": CUSTOM_ACCOUNT,
     "region": "eu-west-1",
-    "leaseMode": "session",
+    **({"leaseMode": "session"} if SESSION_MODE_SUPPORTED else {}),
     "leaseSeconds": "40",
     "heartbeatSeconds": "8",
     "reconcileSeconds": "7",
@@ -133,6 +135,7 @@ CUSTOM: dict[str, Any] = {
     "scaleOutCooldownSeconds": "30",
     "alarmEmail": "ops@example.com",
     "metricsNamespace": "Custom/Leaseworker",
+    "traceSampleRatio": "0.5",
     f"availability-zones:account={CUSTOM_ACCOUNT}:region=eu-west-1": ["eu-west-1a", "eu-west-1b"],
 }
 

@@ -117,10 +117,15 @@ def test_cfn_lint_can_fail(default: Synth, tmp_outdir: Path) -> None:
 # --- The real entry points, as subprocesses, offline and without credentials --------------
 
 
+# The virtualenv running these tests, as an activated virtualenv puts it: first on PATH.
+VENV_BIN = Path(sys.executable).parent
+
+
 def offline_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CDK_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CDK_", "VIRTUAL_ENV"))}
     env.update(
         {
+            "PATH": os.pathsep.join([str(VENV_BIN), os.environ.get("PATH", "")]),
             "AWS_EC2_METADATA_DISABLED": "true",
             "AWS_CONFIG_FILE": "/nonexistent",
             "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
@@ -132,12 +137,12 @@ def offline_env() -> dict[str, str]:
     return env
 
 
-def cdk(*args: str, outdir: Path) -> subprocess.CompletedProcess[str]:
+def cdk(*args: str, outdir: Path, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     npx = shutil.which("npx")
     assert npx, "npx (Node.js) is required"
     return subprocess.run(
         [npx, "--no-install", "cdk", *args, "--output", str(outdir)],
-        cwd=REPO,
+        cwd=cwd,
         env=offline_env(),
         capture_output=True,
         text=True,
@@ -188,3 +193,24 @@ def test_cdk_synth_works_offline_and_matches_the_tested_template(default: Synth,
     assert normalise(template) == normalise(default.template_json)
     manifest = json.loads((tmp_outdir / "manifest.json").read_text())
     assert "missing" not in manifest  # no context lookups needed: cdk.context.json has them
+
+
+def test_cdk_json_app_uses_the_python_on_path() -> None:
+    """The `cdk init` convention: an activated virtualenv anywhere, not a ./.venv."""
+    app = json.loads((REPO / "cdk.json").read_text())["app"]
+    assert app == "python3 app.py"
+    assert ".venv" not in app
+
+
+def test_cdk_synth_with_an_activated_virtualenv_outside_the_project(tmp_path: Path) -> None:
+    """A project directory without .venv; the virtualenv is found only through PATH."""
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("app.py", "cdk.json", "cdk.context.json"):
+        shutil.copy(REPO / name, project / name)
+    for name in ("stacks", "worker_src", "node_modules"):
+        (project / name).symlink_to(REPO / name)
+    assert not (project / ".venv").exists()
+    result = cdk("synth", "--quiet", outdir=tmp_path / "out", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / "Leaseworker-dev.template.json").is_file()

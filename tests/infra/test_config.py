@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from leaseworker.settings import load_settings
+from stacks import config as config_module
 from stacks.config import (
     PARAMETERS,
+    VPC_MAX_AZS,
     ConfigError,
     LeaseworkerConfig,
     default_context,
@@ -32,10 +33,25 @@ def test_defaults_are_the_documented_ones() -> None:
         60,
         "kinesis",
     )
-    assert (config.min_tasks, config.max_tasks, config.task_cpu, config.task_memory_mib) == (1, 10, 512, 1024)
-    assert (config.nat_gateways, config.alarm_email, config.metrics_namespace) == (1, None, "Leaseworker")
+    assert (config.min_tasks, config.max_tasks, config.task_cpu, config.task_memory_mib) == (1, 3, 512, 1024)
+    assert (config.nat_gateway_count, config.alarm_email, config.metrics_namespace) == (
+        1,
+        None,
+        "Leaseworker",
+    )
+    assert config.trace_sample_ratio == 0.01
     assert (config.stage, config.account, config.region) == ("dev", "123456789012", "us-east-1")
     assert config.scale_target_connections <= config.max_connections_per_task
+    assert config.max_fleet_connections <= config.gsi_connection_ceiling
+
+
+def test_prod_defaults_to_one_nat_gateway_per_az_and_natgateways_overrides() -> None:
+    assert parse(stage="prod").nat_gateway_count == VPC_MAX_AZS == 2
+    assert parse(stage="prod", natGateways="1").nat_gateway_count == 1
+    assert parse(stage="dev").nat_gateway_count == 1
+    assert parse(stage="dev", natGateways="2").nat_gateway_count == 2
+    # cdk.json must not pin natGateways, or it would override the stage default.
+    assert "natGateways" not in json.loads((REPO / "cdk.json").read_text())["context"]
 
 
 def test_cdk_json_repeats_exactly_the_config_defaults() -> None:
@@ -65,6 +81,23 @@ BAD: list[tuple[str, Any, str]] = [
     ("account", "12345", "invalid context account='12345': must be a 12-digit AWS account id"),
     ("region", "mars", "invalid context region='mars': must be an AWS region like us-east-1"),
     ("leaseMode", "lock", "invalid context leaseMode='lock': must be one of connection | session"),
+    (
+        "leaseMode",
+        "session",
+        "invalid context leaseMode='session': session mode is not available in this worker version "
+        "(supported: connection)",
+    ),
+    ("traceSampleRatio", "nan", "invalid context traceSampleRatio='nan': must be a number between 0 and 1"),
+    (
+        "traceSampleRatio",
+        float("nan"),
+        "invalid context traceSampleRatio=nan: must be a number between 0 and 1",
+    ),
+    ("traceSampleRatio", "inf", "invalid context traceSampleRatio='inf': must be a number between 0 and 1"),
+    ("traceSampleRatio", "1.5", "invalid context traceSampleRatio='1.5': must be a number between 0 and 1"),
+    ("traceSampleRatio", "-0.1", "invalid context traceSampleRatio='-0.1': must be a number between 0 and 1"),
+    ("traceSampleRatio", True, "invalid context traceSampleRatio=True: must be a number between 0 and 1"),
+    ("traceSampleRatio", "0,5", "invalid context traceSampleRatio='0,5': must be a number between 0 and 1"),
     ("leaseSeconds", "abc", "invalid context leaseSeconds='abc': must be an integer"),
     ("leaseSeconds", "20.5", "invalid context leaseSeconds='20.5': must be an integer"),
     ("leaseSeconds", True, "invalid context leaseSeconds=True: must be an integer"),
@@ -167,6 +200,13 @@ def test_every_parameter_has_a_bad_value_case() -> None:
             {"maxConnectionsPerTask": "500"},
             "invalid context scaleTargetConnections=700: must be <= maxConnectionsPerTask",
         ),
+        (
+            {"maxTasks": "4"},
+            "invalid context maxTasks=4: maxTasks x scaleTargetConnections = 4 x 700 = 2800 connections "
+            "exceeds the connection-mode index ceiling 500 x heartbeatSeconds = 2500 (DESIGN.md §2a); "
+            "lower maxTasks or scaleTargetConnections, or raise heartbeatSeconds",
+        ),
+        ({"natGateways": "3"}, "invalid context natGateways=3: must be between 1 and 2"),
     ],
 )
 def test_cross_field_rules_name_the_parameter_that_breaks(context: dict[str, str], message: str) -> None:
@@ -181,28 +221,22 @@ def test_boundary_values_are_accepted() -> None:
     assert parse(stopTimeoutSeconds="120").stop_timeout_seconds == 120
     assert parse(stopTimeoutSeconds="2").stop_timeout_seconds == 2
     assert parse(maxClockSkewMs="4999").max_clock_skew_ms == 4999
-    assert parse(scaleTargetConnections="1000").scale_target_connections == 1000
+    assert parse(scaleTargetConnections="1000", maxTasks="2").scale_target_connections == 1000
     assert parse(taskCpu="256", taskMemoryMiB="512").task_memory_mib == 512
     assert parse(minTasks="3", maxTasks="3").max_tasks == 3
+    # The connection-mode ceiling is inclusive: 500 x 5 = 2500 = 5 x 500.
+    assert parse(maxTasks="5", scaleTargetConnections="500").max_fleet_connections == 2500
+    assert parse(heartbeatSeconds="6", leaseSeconds="18", maxTasks="4").max_tasks == 4  # 2800 <= 3000
+    assert parse(traceSampleRatio="0").trace_sample_ratio == 0.0
+    assert parse(traceSampleRatio="1").trace_sample_ratio == 1.0
+    assert parse(traceSampleRatio=1).trace_sample_ratio == 1.0
+    assert parse(traceSampleRatio="1e-3").trace_sample_ratio == 0.001
 
 
-@pytest.mark.parametrize("sink", ["kinesis:stream-name", "null", "stdout"])
-def test_worker_accepts_the_environment_the_stack_passes(sink: str) -> None:
-    """Contract with the worker: its own settings parser accepts what we deploy."""
-    edges = (
-        parse(),
-        parse(leaseMode="session", leaseSeconds="40", heartbeatSeconds="8"),
-        # The edges synth accepts must be edges the worker accepts too: the rules live twice.
-        parse(leaseSeconds="15", heartbeatSeconds="5", maxClockSkewMs="3749"),
-        parse(stopTimeoutSeconds="2"),
-        parse(stopTimeoutSeconds="120", maxConnectionsPerTask="1", scaleTargetConnections="1"),
-    )
-    for config in edges:
-        env = {**config.worker_environment(), "TABLE_NAME": "t", "SINK": sink, "WORKER_ID": "w-1"}
-        settings = load_settings(env)
-        assert settings.lease_seconds == config.lease_seconds
-        assert settings.heartbeat_seconds == config.heartbeat_seconds
-        assert settings.shutdown_grace_seconds == config.stop_timeout_seconds
-        assert settings.max_connections == config.max_connections_per_task
-        assert settings.lease_mode == config.lease_mode
-        assert settings.otel_endpoint == "http://localhost:4318"
+def test_session_mode_is_refused_through_one_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refusal is SUPPORTED_LEASE_MODES alone: enabling session mode is one line."""
+    with pytest.raises(ConfigError, match="session mode is not available"):
+        parse(leaseMode="session")
+    monkeypatch.setattr(config_module, "SUPPORTED_LEASE_MODES", ("connection", "session"))
+    # In session mode the renewals do not touch the index: no connection-mode ceiling.
+    assert parse(leaseMode="session", maxTasks="10").lease_mode == "session"

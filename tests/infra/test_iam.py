@@ -64,6 +64,7 @@ TASK_ROLE = {
     },
     "LeaseTable.Arn": {"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
     "LeaseTable.Arn/index/by-state-expiry": {"dynamodb:Query"},
+    "LeaseTable.Arn/index/by-owner": {"dynamodb:Query"},
     "NotificationsQueue.Arn": {"sqs:DeleteMessage", "sqs:ReceiveMessage", "sqs:SendMessage"},
     "SinkStream.Arn": {"kinesis:PutRecords"},
 }

@@ -24,6 +24,7 @@ def test_lease_table_key_schema_and_gsi(default: Synth) -> None:
                     {"AttributeName": "connection_id", "AttributeType": "S"},
                     {"AttributeName": "desired_state", "AttributeType": "S"},
                     {"AttributeName": "lease_expires_at_ms", "AttributeType": "N"},
+                    {"AttributeName": "lease_owner", "AttributeType": "S"},
                 ]
             ),
             "GlobalSecondaryIndexes": [
@@ -34,7 +35,12 @@ def test_lease_table_key_schema_and_gsi(default: Synth) -> None:
                         {"AttributeName": "lease_expires_at_ms", "KeyType": "RANGE"},
                     ],
                     "Projection": {"ProjectionType": "KEYS_ONLY"},
-                }
+                },
+                {
+                    "IndexName": "by-owner",
+                    "KeySchema": [{"AttributeName": "lease_owner", "KeyType": "HASH"}],
+                    "Projection": {"ProjectionType": "KEYS_ONLY"},
+                },
             ],
             "BillingMode": "PAY_PER_REQUEST",
             "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
@@ -284,7 +290,7 @@ def test_lost_or_fenced_alarm_sums_both(default: Synth) -> None:
     assert (alarm["Threshold"], alarm["EvaluationPeriods"]) == (1, 1)
     stats = {m["Id"]: m.get("MetricStat") for m in alarm["Metrics"]}
     expression = [m["Expression"] for m in alarm["Metrics"] if "Expression" in m]
-    assert expression == ["lost + fenced"]
+    assert expression == ["FILL(lost, 0) + FILL(fenced, 0)"]
     assert stats["lost"] == worker_metric_stat("LeasesLost")
     assert stats["fenced"] == worker_metric_stat("SelfFenced")
 
@@ -307,6 +313,8 @@ def test_table_throttle_alarm_covers_table_and_gsi(default: Synth) -> None:
         ("WriteThrottleEvents", None),
         ("ReadThrottleEvents", "by-state-expiry"),
         ("WriteThrottleEvents", "by-state-expiry"),
+        ("ReadThrottleEvents", "by-owner"),
+        ("WriteThrottleEvents", "by-owner"),
     }
 
 
