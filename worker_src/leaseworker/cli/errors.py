@@ -20,6 +20,7 @@ from leaseworker.lease.errors import StoreError, StoreUnavailable, TableMissing
 from leaseworker.lease.model import InvalidConnectionId
 from leaseworker.local.services import ServiceError
 from leaseworker.settings import SettingsError
+from leaseworker.worker.fenced import EXIT_FENCED, WorkerFenced
 
 T = TypeVar("T")
 
@@ -34,6 +35,12 @@ class CliError(click.ClickException):
 
     def show(self, file: Any = None) -> None:
         click.echo(f"error: {self.message}", err=True)
+
+
+class FencedExit(CliError):
+    """One line on stderr, exit 3: the worker's session was fenced (see worker/fenced.py)."""
+
+    exit_code = EXIT_FENCED
 
 
 class CliUsageError(CliError):
@@ -55,6 +62,8 @@ def run_async(coro: Coroutine[Any, Any, T], *, table: str | None = None, endpoin
 
 def translate(error: BaseException, *, table: str | None, endpoint: str | None) -> CliError | None:
     """The one-line CliError for an expected failure; None for anything else (a bug: let it show)."""
+    if isinstance(error, WorkerFenced):
+        return FencedExit(str(error))
     where = endpoint or "the default AWS endpoint"
     # The lease store wraps SDK errors in StoreUnavailable; the cause says what really happened.
     root = _root_cause(error)

@@ -94,8 +94,10 @@ class Fleet:
         with_sqs: bool = True,
         max_connections: int | None = None,
         sink: str | None = None,
+        lease_mode: str | None = None,
     ) -> None:
         self.root = root
+        self.lease_mode = lease_mode
         self.timings = timings
         self.feed_rate = feed_rate
         self.with_sqs = with_sqs
@@ -169,6 +171,8 @@ class Fleet:
             env["NOTIFY_QUEUE_URL"] = self.queue_url
         if self.max_connections:
             env["MAX_CONNECTIONS"] = str(self.max_connections)
+        if self.lease_mode:
+            env["LEASE_MODE"] = self.lease_mode
         env["SINK"] = self.sink
         env["PYTHONUNBUFFERED"] = "1"
         return env

@@ -33,6 +33,7 @@ from leaseworker.observability.logging import get_logger, log_context
 from leaseworker.observability.metrics import MetricName, run_metrics_loop
 from leaseworker.worker.acquirer import Acquirer
 from leaseworker.worker.checkpointer import Checkpointer
+from leaseworker.worker.fenced import WorkerFenced
 from leaseworker.worker.heartbeat import SessionHeartbeat
 from leaseworker.worker.hints import Hints, HintSource
 from leaseworker.worker.keeper import LeaseKeeper
@@ -57,15 +58,6 @@ class Coordination:
     held: SessionHeldStore
     checkpoints: CheckpointStore
     validity: SessionValidity
-
-
-class WorkerFenced(Exception):
-    """Our session was fenced by a peer or the supervisor: everything was dropped, exit non-zero."""
-
-    def __init__(self, fenced: Fenced) -> None:
-        by = fenced.fenced_by or "unknown"
-        super().__init__(f"session fenced by {by} ({fenced.kind}): {fenced.reason or 'no reason'}")
-        self.fenced = fenced
 
 
 class Worker:
@@ -179,7 +171,8 @@ class Worker:
                     task.cancel()
             logger.info("worker stopped")
         if self._fenced is not None:
-            raise WorkerFenced(self._fenced)
+            fenced = self._fenced
+            raise WorkerFenced(fenced.fenced_by, fenced.kind, fenced.reason)
 
     def _on_fenced(self, fenced: Fenced) -> None:
         """Peers may be claiming our connections already: drop every one at once, deliver nothing."""
@@ -322,7 +315,8 @@ class Worker:
     # ------------------------------------------------------------------ the fleet
 
     async def _fleet_view(self) -> FleetView:
-        return FleetView(peers=self._peers.peers, free=await self._coordination.leases.count_free())
+        free = await self._coordination.leases.count_free()
+        return FleetView(peers=self._peers.peers, free=free + self._peers.orphaned)
 
     async def _withdraw(self) -> None:
         """Shutdown step 1: peers stop counting us; our session keeps beating while we release."""

@@ -128,9 +128,11 @@ async def run_worker(settings: Settings) -> None:
         async with asyncio.timeout(None) as deadline:
             async with AsyncExitStack() as stack:
                 worker, _ = await build_worker(settings, stack)
-                async with asyncio.TaskGroup() as group:
-                    group.create_task(_arm_deadline(stop, deadline, settings))
-                    await worker.run(stop)
+                armed = asyncio.create_task(_arm_deadline(stop, deadline, settings))
+                try:
+                    await worker.run(stop)  # WorkerFenced passes through as it is, for the CLI
+                finally:
+                    armed.cancel()
     except TimeoutError:
         logger.error("teardown exceeded the shutdown grace period; exiting without it")
 

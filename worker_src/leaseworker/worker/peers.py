@@ -86,6 +86,13 @@ class PeerWatch:
         self._scheduled: set[str] = set()
         self._group: asyncio.TaskGroup | None = None
         self.peers: tuple[PeerLoad, ...] = ()
+        self._orphaned: dict[str, int] = {}  # fenced peer -> its claimable connections, last sweep
+
+    @property
+    def orphaned(self) -> int:
+        """Connections held by fenced sessions, waiting to be claimed: they need owners too, and
+        are neither any live worker's load nor free (fair share counts them)."""
+        return sum(self._orphaned.values())
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
@@ -153,10 +160,14 @@ class PeerWatch:
             )
             return
         if not held:
+            self._orphaned.pop(dead, None)
             await self._reap(dead, fenced_at_ms)
             return
         confirmed = kind == CONFIRMED
         claimable = [c for c in held if c.started and (confirmed or c.session_held)]
+        if self._orphaned.get(dead) != len(claimable):
+            self._orphaned[dead] = len(claimable)
+            await self._acquirer.refresh_share()  # our share grows before we claim our part
         for stopped in (c for c in held if not c.started and (confirmed or c.session_held)):
             await self._release_for(dead, stopped)  # nobody will claim it: free it for `remove`
         claimable = [c for c in claimable if not self._registry.busy(c.connection_id)]
