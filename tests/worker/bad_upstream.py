@@ -19,6 +19,8 @@ from typing import Any, Self
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from leaseworker.protocol.seqfeed import MAX_FRAME_BYTES
+
 GOOD_BEFORE = 3
 
 
@@ -82,6 +84,28 @@ async def overlapping_replay(conn: ServerConnection) -> None:
     await conn.close(1000, "scripted: batch done")
 
 
+BIG_FRAME_BYTES = 100_000
+LARGEST_FRAME_BYTES = MAX_FRAME_BYTES - 100  # just under the limit
+FLOOD_BYTES = 300_000_000  # what a flood would put in memory if nothing pushed back
+
+
+def big_frame(seq: int, size: int = BIG_FRAME_BYTES) -> str:
+    head = f'{{"type":"data","seq":{seq},"data":{{"pad":"'
+    return head + "x" * (size - len(head) - 3) + '"}}'
+
+
+def flood(size: int) -> Behaviour:
+    """Frames of `size` bytes as fast as the client lets them through (send waits for drain)."""
+
+    async def behaviour(conn: ServerConnection) -> None:
+        after = await subscribed_after(conn)
+        for seq in range(after + 1, after + 1 + FLOOD_BYTES // size):
+            await conn.send(big_frame(seq, size))
+        await conn.wait_closed()
+
+    return behaviour
+
+
 Behaviour = Callable[[ServerConnection], Awaitable[None]]
 
 BEHAVIOURS: dict[str, Behaviour] = {
@@ -108,6 +132,8 @@ BEHAVIOURS: dict[str, Behaviour] = {
     "deep-200": then(lambda seq: data(seq, json.loads("[" * 200 + "]" * 200))),
     "invalid-utf8": invalid_utf8,
     "overlapping-replay": overlapping_replay,
+    "big-frames": flood(BIG_FRAME_BYTES),
+    "largest-frames": flood(LARGEST_FRAME_BYTES),
 }
 
 
