@@ -28,6 +28,7 @@ from leaseworker.protocol.seqfeed import SeqfeedProtocol
 from leaseworker.records import SinkRecord
 from leaseworker.settings import Settings
 from leaseworker.sinks.base import SinkError, Validity, always_valid
+from leaseworker.worker import failures as failures_module
 from leaseworker.worker import session as session_module
 from leaseworker.worker import upstream as upstream_module
 from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, SessionResult
@@ -101,7 +102,7 @@ class Harness:
 
 @pytest.fixture(autouse=True)
 def record_every_failure(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(session_module, "FAILURE_RECORD_INTERVAL_SECONDS", 0.0)
+    monkeypatch.setattr(failures_module, "FAILURE_RECORD_INTERVAL_SECONDS", 0.0)
 
 
 @pytest.fixture

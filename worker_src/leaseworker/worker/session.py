@@ -20,14 +20,12 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import NoReturn
 
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from leaseworker.lease.errors import StoreError
 from leaseworker.lease.model import Lease, LeaseState
 from leaseworker.observability.logging import get_logger, log_context
 from leaseworker.observability.metrics import MetricName, WorkerMetrics
@@ -40,10 +38,11 @@ from leaseworker.sinks.base import Sink, SinkError
 from leaseworker.worker import upstream
 from leaseworker.worker.backoff import FatalUpstreamError, ReconnectPacing, check_upstream_url, is_fatal
 from leaseworker.worker.batch import Batch, frame_size
+from leaseworker.worker.failures import FailureRecorder, RecordFailure
+from leaseworker.worker.fence import LeaseFence
 
 logger = get_logger(__name__)
 
-FAILURE_RECORD_INTERVAL_SECONDS = 5.0
 MAX_CONSECUTIVE_CRASHES = 5  # crashes with no delivery in between before the connection is failed
 
 
@@ -57,9 +56,6 @@ class Outcome(enum.Enum):
 class SessionResult:
     outcome: Outcome
     reason: str
-
-
-RecordFailure = Callable[[Lease, str], Awaitable[bool]]
 
 
 class _SinkFailed(Exception):
@@ -80,24 +76,6 @@ class _Stop(Exception):
     def __init__(self, result: SessionResult) -> None:
         super().__init__(result.reason)
         self.result = result
-
-
-class FailureRecorder:
-    """Writes `last_error`/`failures` on the item, conditioned on the lease, at a bounded rate."""
-
-    def __init__(self, record: RecordFailure) -> None:
-        self._record = record
-        self._last = -FAILURE_RECORD_INTERVAL_SECONDS
-
-    async def __call__(self, lease: Lease, reason: str) -> None:
-        now = time.monotonic()
-        if now - self._last < FAILURE_RECORD_INTERVAL_SECONDS:
-            return
-        self._last = now
-        try:
-            await self._record(lease, reason)
-        except StoreError as error:
-            logger.warning("could not record failure", extra={"error": str(error)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +99,7 @@ class ConnectionSession:
         self._failures = FailureRecorder(record_failure)
         self._ws: ClientConnection | None = None
         self._stop_requested = asyncio.Event()
-        self._fence_timer: asyncio.TimerHandle | None = None
+        self._fence = LeaseFence(lease, self._on_deadline)
         self._batch = Batch()
 
     # ------------------------------------------------------------------ control, from the worker
@@ -143,7 +121,7 @@ class ConnectionSession:
 
     async def run(self) -> SessionResult:
         with log_context(connection_id=self.lease.connection_id, epoch=self.lease.epoch):
-            self._arm_fence()
+            self._fence.arm()
             try:
                 check_upstream_url(self.lease.ws_url, allow_insecure=self._settings.allow_insecure_ws)
                 async with asyncio.TaskGroup() as group:
@@ -157,8 +135,7 @@ class ConnectionSession:
                 logger.error("connection can never work", extra={"reason": str(error)})
                 return SessionResult(Outcome.FAILED, str(error))
             finally:
-                if self._fence_timer is not None:
-                    self._fence_timer.cancel()
+                self._fence.cancel()
 
     async def _deliver_forever(self) -> SessionResult:
         pacing = ReconnectPacing()
@@ -211,6 +188,8 @@ class ConnectionSession:
             return ended.reason
         except _SinkFailed as error:
             return f"sink error: {error}"
+        except ConnectionClosed as closed:  # wherever else it surfaces: still just a close
+            return f"upstream closed: {closed}"
         finally:
             self._ws = None
             pacing.disconnected()
@@ -381,22 +360,7 @@ class ConnectionSession:
         if self._ws is not None:
             self._ws.transport.abort()
 
-    def _arm_fence(self) -> None:
-        """Abort the socket the moment the local deadline passes without a renewal."""
-        loop = asyncio.get_running_loop()
-
-        def check() -> None:
-            now = time.monotonic()
-            if self.lease.state is LeaseState.LOST:
-                return
-            if now >= self.lease.valid_until:
-                self._abort()
-                self._stop_requested.set()
-                return
-            self._fence_timer = loop.call_at(self._loop_time(loop, self.lease.valid_until), check)
-
-        self._fence_timer = loop.call_at(self._loop_time(loop, self.lease.valid_until), check)
-
-    @staticmethod
-    def _loop_time(loop: asyncio.AbstractEventLoop, monotonic_deadline: float) -> float:
-        return loop.time() + (monotonic_deadline - time.monotonic())
+    def _on_deadline(self) -> None:
+        """The local deadline passed without a renewal: abort the socket at once (§2d)."""
+        self._abort()
+        self._stop_requested.set()
