@@ -241,6 +241,16 @@ async def test_a_stop_interrupts_an_upgrade_that_never_answers(scripted: Scripte
     assert time.monotonic() - started < STOP_BOUND
 
 
+async def test_cancelling_a_connect_in_progress_cancels_the_session(scripted: ScriptedUpstream) -> None:
+    harness = Harness(scripted.hang_url, RecordingSink())
+    task = harness.start()
+    await until(lambda: scripted.opens["hang"] >= 1, 5, "the TCP connection")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, STOP_BOUND)
+    assert task.cancelled()
+
+
 # ---------------------------------------------------------------------- batches and back-pressure
 
 
