@@ -235,6 +235,11 @@ class ConnectionSession:
                     await self._deliver()
                     raise _Ended(await self._protocol_error(str(error))) from None
                 if isinstance(frame, ReplayedFrame):
+                    if not replayed:  # once per subscription at once, the total when it ends
+                        logger.info(
+                            "overlapping replay: dropping frames already accepted",
+                            extra={"seq": frame.seq, "last_seq": decoder.last_seq},
+                        )
                     replayed += 1
                     self.replays_dropped += 1
                     continue
