@@ -189,6 +189,7 @@ class Outcome:
     items: dict[str, dict[str, Any]]
     records: dict[str, list[Delivered]]
     not_strict: list[str]
+    surrogate_data: list[Any]  # the data of every feed-surrogate record at seq FAULT_AFTER
     metrics: Counter[tuple[str, MetricName]]
     logs: list[dict[str, Any]]
     opens: Counter[str]
@@ -212,6 +213,11 @@ def _not_strict(path: Path) -> list[str]:
         except ValueError:
             bad.append(line[:200].decode("utf-8", "replace"))
     return bad
+
+
+def _data_of(path: Path, cid: str, seq: int) -> list[Any]:
+    lines = (json.loads(line) for line in path.read_text(encoding="utf-8").splitlines())
+    return [line["data"] for line in lines if line["connection_id"] == cid and line["seq"] == seq]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -277,6 +283,7 @@ async def outcome(dynamodb_endpoint: str, tmp_path_factory: pytest.TempPathFacto
         items=items,
         records=read_sink(sink_dir),
         not_strict=_not_strict(sink_file),
+        surrogate_data=_data_of(sink_file, "feed-surrogate", FAULT_AFTER),
         metrics=tally,
         logs=logs,
         opens=opens,
@@ -333,8 +340,9 @@ def test_the_worker_stayed_up_and_healthy_connections_lost_nothing(outcome: Outc
 
 def test_the_sink_holds_strict_json_and_the_lone_surrogate_intact(outcome: Outcome) -> None:
     assert outcome.not_strict == []  # no NaN, no Infinity, every line UTF-8
-    texts = [r for r in outcome.records["feed-surrogate"] if r.seq == FAULT_AFTER]
-    assert texts, "the frame with the lone surrogate was not delivered"
+    assert outcome.surrogate_data, "the frame with the lone surrogate was not delivered"
+    for data in outcome.surrogate_data:
+        assert data["text"] == "\ud800"  # exactly what the upstream's JSON said
 
 
 def test_a_sink_bug_fails_the_connection_after_five_crashes_not_before(outcome: Outcome) -> None:
