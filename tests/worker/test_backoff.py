@@ -7,7 +7,15 @@ import itertools
 import pytest
 from websockets.exceptions import InvalidURI
 
-from leaseworker.worker.backoff import FatalUpstreamError, backoff, check_upstream_url, is_fatal, is_loopback
+from leaseworker.worker.backoff import (
+    HEALTHY_SECONDS,
+    FatalUpstreamError,
+    ReconnectPacing,
+    backoff,
+    check_upstream_url,
+    is_fatal,
+    is_loopback,
+)
 
 
 def test_backoff_doubles_then_caps_with_equal_jitter() -> None:
@@ -72,3 +80,65 @@ def test_classifier() -> None:
 def test_loopback() -> None:
     assert is_loopback("127.0.0.2") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("10.0.0.1") and not is_loopback("example.com")
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pacing(clock: FakeClock, healthy: float = 10.0) -> ReconnectPacing:
+    return ReconnectPacing(
+        healthy_seconds=healthy, delays=lambda: backoff(initial=1, cap=64, rand=lambda: 1.0), clock=clock
+    )
+
+
+def test_short_connections_never_reset_the_backoff() -> None:
+    """An upstream that sends one record and drops, forever, is reconnected to ever more slowly."""
+    clock = FakeClock()
+    pace = pacing(clock)
+    delays = []
+    for _ in range(6):
+        pace.connected()
+        clock.now += 0.5  # one record, then the drop
+        pace.disconnected()
+        delays.append(pace.next_delay())
+        clock.now += delays[-1]
+    assert delays == [1, 2, 4, 8, 16, 32]
+
+
+def test_a_connection_healthy_for_long_enough_resets_the_backoff() -> None:
+    clock = FakeClock()
+    pace = pacing(clock, healthy=10.0)
+    assert [pace.next_delay() for _ in range(3)] == [1, 2, 4]
+    pace.connected()
+    clock.now += 9.5
+    pace.disconnected()
+    assert pace.next_delay() == 8  # not quite long enough
+    pace.connected()
+    clock.now += 10.0
+    pace.disconnected()
+    assert pace.next_delay() == 1
+
+
+def test_a_failed_connect_is_not_a_healthy_connection() -> None:
+    clock = FakeClock()
+    pace = pacing(clock)
+    pace.next_delay()
+    clock.now += 100  # time passes while nothing is connected
+    pace.disconnected()
+    assert pace.next_delay() == 2
+
+
+def test_the_default_healthy_period_is_the_named_constant() -> None:
+    clock = FakeClock()
+    pace = ReconnectPacing(delays=lambda: backoff(initial=1, rand=lambda: 1.0), clock=clock)
+    pace.next_delay()
+    pace.connected()
+    clock.now += HEALTHY_SECONDS - 0.01
+    pace.disconnected()
+    assert pace.next_delay() == 2
+    assert HEALTHY_SECONDS >= 10.0

@@ -24,6 +24,7 @@ from leaseworker.protocol import (
     DataFrame,
     ErrorFrame,
     ProtocolError,
+    ReplayedFrame,
     SeqfeedProtocol,
 )
 
@@ -301,9 +302,11 @@ async def collect(ws: ClientConnection, limit: int = 50) -> list[str | bytes]:
     return frames
 
 
-def decode_all(frames: list[str | bytes]) -> tuple[list[DataFrame | ErrorFrame], ProtocolError | None]:
+def decode_all(
+    frames: list[str | bytes],
+) -> tuple[list[DataFrame | ReplayedFrame | ErrorFrame], ProtocolError | None]:
     decoder = SeqfeedProtocol().decoder(-1)
-    out: list[DataFrame | ErrorFrame] = []
+    out: list[DataFrame | ReplayedFrame | ErrorFrame] = []
     for frame in frames:
         try:
             out.append(decoder.decode(frame))

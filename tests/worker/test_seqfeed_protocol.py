@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import random
 from typing import Any
 
 import pytest
 
 from leaseworker.protocol import (
     MAX_FRAME_BYTES,
+    MAX_NESTING_DEPTH,
     STALE_EPOCH,
     DataFrame,
     ErrorFrame,
     FrameDecoder,
     ProtocolError,
+    ReplayedFrame,
     SeqfeedProtocol,
     UpstreamProtocol,
 )
@@ -78,13 +82,26 @@ def test_contiguous_run_advances_last_seq(after_seq: int) -> None:
         # sequence errors, after a decoder that has accepted 0..2
         (data(4), "gap"),
         (data(100), "gap"),
-        (data(2), "gap"),  # duplicate
-        (data(0), "gap"),  # backwards
+        (data(10**30), "gap"),
         # not JSON / not an object
         ("not json", "bad_json"),
         ('{"type":"data","seq":3,', "bad_json"),
         ("", "bad_json"),
-        (b"\xff\xfe\x00garbage", "bad_json"),
+        # not strict JSON: no sink could write these back as JSON
+        ('{"type":"data","seq":3,"data":NaN}', "bad_json"),
+        ('{"type":"data","seq":3,"data":[Infinity]}', "bad_json"),
+        ('{"type":"data","seq":3,"data":{"x":-Infinity}}', "bad_json"),
+        ('{"type":"data","seq":NaN,"data":1}', "bad_json"),
+        ('{"type":"data","seq":3,"data":1e400}', "bad_json"),  # overflows to inf
+        ('{"type":"data","seq":3,"data":-1e400}', "bad_json"),
+        ('{"type":"data","seq":3,"data":' + "9" * 5000 + "}", "bad_json"),  # past int digit limit
+        # nesting: too deep for the parser itself, and deeper than the limit
+        ('{"type":"data","seq":3,"data":' + "[" * 100_000 + "]" * 100_000 + "}", "too_deep"),
+        ('{"type":"data","seq":3,"data":' + '{"a":' * 100_000 + "1" + "}" * 100_000 + "}", "too_deep"),
+        (data(3, json.loads("[" * MAX_NESTING_DEPTH + "]" * MAX_NESTING_DEPTH)), "too_deep"),
+        # binary frames: seqfeed/1 frames are text, even when the bytes are valid JSON
+        (b"\xff\xfe\x00garbage", "binary"),
+        (data(3).encode(), "binary"),
         ("[1, 2, 3]", "bad_frame"),
         ('"data"', "bad_frame"),
         ("3", "bad_frame"),
@@ -94,6 +111,8 @@ def test_contiguous_run_advances_last_seq(after_seq: int) -> None:
         (data(True), "bad_frame"),
         (data(3.0), "bad_frame"),
         (data(None), "bad_frame"),
+        (data(-1), "bad_frame"),
+        (data(-5), "bad_frame"),
         (json.dumps({"type": "data", "data": 1}), "bad_frame"),
         (json.dumps({"type": "data", "seq": 3}), "bad_frame"),
         (json.dumps({"seq": 3, "data": 1}), "bad_frame"),
@@ -106,7 +125,6 @@ def test_contiguous_run_advances_last_seq(after_seq: int) -> None:
         (json.dumps({"type": 3}), "unexpected"),
         # oversized, as text and as bytes
         (data(3, "x" * MAX_FRAME_BYTES), "oversized"),
-        (data(3, "x" * MAX_FRAME_BYTES).encode(), "oversized"),
         (data(3, "é" * (MAX_FRAME_BYTES // 2)), "oversized"),  # < 1 Mi code points, > 1 MiB UTF-8
     ],
 )
@@ -149,11 +167,55 @@ def test_error_frames(frame: dict[str, Any], expected: ErrorFrame) -> None:
     assert dec.last_seq == 5
 
 
-def test_bytes_frames_are_decoded_like_text() -> None:
+def test_binary_frames_are_refused_even_when_they_hold_valid_json() -> None:
     dec = decoder()
-    assert dec.decode(data(0, "α").encode("utf-8")) == DataFrame(0, "α")
-    assert dec.decode(data(1).encode()) == DataFrame(1, None)
-    assert dec.last_seq == 1
+    with pytest.raises(ProtocolError) as caught:
+        dec.decode(data(0, "α").encode("utf-8"))
+    assert caught.value.kind == "binary"
+    assert dec.last_seq == -1
+
+
+@pytest.mark.parametrize("seq", [0, 1, 2])
+def test_an_overlapping_replay_is_dropped_not_an_error(seq: int) -> None:
+    dec = decoder()
+    for n in range(3):
+        dec.decode(data(n))
+    assert dec.decode(data(seq, "again")) == ReplayedFrame(seq)
+    assert dec.last_seq == 2
+    assert dec.decode(data(3)) == DataFrame(3, None)
+
+
+def test_a_resumed_decoder_drops_what_came_before_after_seq() -> None:
+    dec = decoder(after_seq=10)
+    assert [dec.decode(data(seq)) for seq in (8, 9, 10, 11)] == [
+        ReplayedFrame(8),
+        ReplayedFrame(9),
+        ReplayedFrame(10),
+        DataFrame(11, None),
+    ]
+
+
+def test_nesting_up_to_the_limit_is_accepted() -> None:
+    # The frame object is level 1, so its data may hold MAX_NESTING_DEPTH - 1 levels.
+    levels = MAX_NESTING_DEPTH - 1
+    nested = json.loads("[" * levels + "]" * levels)
+    assert decoder().decode(data(0, nested)) == DataFrame(0, nested)
+
+
+def test_a_lone_surrogate_escape_is_data_not_an_error() -> None:
+    frame = '{"type":"data","seq":0,"data":{"s":"\\ud800","\\udfff":1}}'
+    assert decoder().decode(frame) == DataFrame(0, {"s": "\ud800", "\udfff": 1})
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_decode_raises_nothing_but_protocol_error(seed: int) -> None:
+    """Whatever text arrives, the decoder answers with a frame or a ProtocolError."""
+    rng = random.Random(seed)
+    alphabet = '{}[]":,0123456789-.eE+ tfnaulrsNIy\\ud800'
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 60)))
+        with contextlib.suppress(ProtocolError):
+            decoder().decode(text)
 
 
 def test_frame_just_under_the_limit_is_accepted() -> None:
@@ -162,10 +224,7 @@ def test_frame_just_under_the_limit_is_accepted() -> None:
     frame = data(0, "x" * (MAX_FRAME_BYTES - overhead))
     assert len(frame.encode()) == MAX_FRAME_BYTES
     assert dec.decode(frame) == DataFrame(0, "x" * (MAX_FRAME_BYTES - overhead))
-    as_bytes = frame.replace('"seq": 0', '"seq": 1').encode()
-    assert len(as_bytes) == MAX_FRAME_BYTES
-    assert isinstance(dec.decode(as_bytes), DataFrame)
-    assert dec.last_seq == 1
+    assert dec.last_seq == 0
 
 
 @pytest.mark.parametrize("after_seq", [-2, True])

@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import re
+from dataclasses import dataclass
 from typing import Any
+
+# A str decoded from JSON may hold lone surrogates ("\ud800" is legal JSON text), which UTF-8
+# cannot carry. Only they are escaped, so the rest of the line stays compact UTF-8.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,4 +28,22 @@ class SinkRecord:
     data: Any
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"), ensure_ascii=False)
+        """Strict JSON (NaN/Infinity refused with ValueError) that always encodes as UTF-8, and
+        decodes back to exactly what the upstream sent, lone surrogates included."""
+        text = json.dumps(
+            {
+                "connection_id": self.connection_id,
+                "seq": self.seq,
+                "epoch": self.epoch,
+                "worker_id": self.worker_id,
+                "received_at_ms": self.received_at_ms,
+                "data": self.data,
+            },
+            separators=(",", ":"),
+            ensure_ascii=False,
+            allow_nan=False,
+        )
+        # A raw surrogate can only stand inside a JSON string, where its \u escape means the same.
+        if _SURROGATE.search(text) is None:
+            return text
+        return _SURROGATE.sub(_escape, text)

@@ -14,12 +14,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from leaseworker.feed.server import FeedServer
+from leaseworker.feed.server import FAULT_MODES, FeedServer
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m leaseworker.feed", description="Run the local seqfeed/1 upstream."
+        prog="python -m leaseworker.feed",
+        description="Run the local seqfeed/1 upstream.",
+        epilog="Fault modes, per connection URL (ws://HOST:PORT/feeds/ID?mode=M): "
+        + ", ".join(sorted(FAULT_MODES))
+        + ". See leaseworker/feed/server.py for what each does.",
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")

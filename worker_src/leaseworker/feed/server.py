@@ -25,8 +25,14 @@ Every key is present on every line (null when unknown). Every `open` is followed
 connection dropped); `reject` carries the error code (`stale_epoch`, `bad_request`).
 `last_sent_seq` is the highest seq whose frame was handed to the transport (null if none).
 
-Fault modes, per URL `?mode=`: `garbage`, `gap`, `oversized` (after FAULT_AFTER valid frames),
-`close` (right after subscribe), `error` (error frame `unavailable`, then close 1013).
+Fault modes, per URL `?mode=`:
+- after FAULT_AFTER valid frames: `garbage` (not JSON), `gap` (one seq skipped, then carries on),
+  `oversized` (a frame over MAX_FRAME_BYTES), `deep` (JSON nested DEEP_NESTING levels, 200 KB),
+  `surrogate` (a valid frame whose data holds a lone surrogate escape, then carries on);
+  the broken ones leave the stream open, so the client must notice on its own;
+- `close` (right after subscribe), `error` (error frame `unavailable`, then close 1013);
+- `drop`: one frame, then the TCP connection is aborted (every time);
+- `replay`: every FAULT_AFTER frames are sent twice in a row (an overlapping replay, forever).
 """
 
 from __future__ import annotations
@@ -54,9 +60,13 @@ from leaseworker.protocol.seqfeed import MAX_FRAME_BYTES, STALE_EPOCH
 
 log = logging.getLogger(__name__)
 
-FaultMode = Literal["garbage", "close", "gap", "oversized", "error"]
-FAULT_MODES: Final[frozenset[str]] = frozenset({"garbage", "close", "gap", "oversized", "error"})
-FAULT_AFTER: Final = 3  # valid frames sent before a garbage/gap/oversized fault
+FaultMode = Literal["garbage", "close", "gap", "oversized", "error", "deep", "surrogate", "drop", "replay"]
+FAULT_MODES: Final[frozenset[str]] = frozenset(
+    {"garbage", "close", "gap", "oversized", "error", "deep", "surrogate", "drop", "replay"}
+)
+FAULT_AFTER: Final = 3  # valid frames sent before a garbage/gap/oversized/deep/surrogate fault
+DEEP_NESTING: Final = 100_000  # levels of `[` in a `deep` frame: too deep for any recursive parser
+LONE_SURROGATE: Final = "\\ud800"  # JSON text for a lone surrogate, which no UTF-8 encoder accepts
 MIN_TICK: Final = 0.01  # shortest sleep between live batches, in seconds
 MAX_TICK: Final = 1.0  # longest sleep, so a per-URL rate change is picked up promptly
 CLOSE_TIMEOUT: Final = 1.0  # seconds to wait for the close handshake before aborting
@@ -389,15 +399,25 @@ class FeedServer:
             now = time.monotonic()
             head = stream.head(now)
             while next_seq <= head:
-                if mode is not None and sent == FAULT_AFTER:
+                if mode == "drop" and sent == 1:
+                    connection.transport.abort()  # no close frame: the TCP connection just goes
+                    return
+                if mode in ("gap", "surrogate") and sent == FAULT_AFTER:
                     if mode == "gap":
                         next_seq += 1  # skip one seq, then carry on as if nothing happened
-                        mode = None
-                        continue
+                    else:
+                        await connection.send(_surrogate_frame(connection_id, next_seq))
+                        session.last_sent_seq = next_seq
+                        next_seq += 1
+                    mode = None
+                    continue
+                if mode in ("garbage", "oversized", "deep") and sent == FAULT_AFTER:
                     if mode == "garbage":
                         await connection.send(GARBAGE_FRAME)
                     elif mode == "oversized":
                         await connection.send(_oversized_frame(connection_id, next_seq))
+                    else:
+                        await connection.send(_deep_frame(next_seq))
                     # Leave the broken stream open: the client must notice on its own.
                     await connection.wait_closed()
                     return
@@ -405,6 +425,9 @@ class FeedServer:
                 session.last_sent_seq = next_seq
                 next_seq += 1
                 sent += 1
+                if mode == "replay" and sent % FAULT_AFTER == 0:
+                    for seq in range(next_seq - FAULT_AFTER, next_seq):  # send them all again
+                        await connection.send(data_frame(connection_id, seq))
                 if sent % REPLAY_YIELD_EVERY == 0:
                     await asyncio.sleep(0)  # a long replay must not starve other sessions
             delay = stream.time_of(next_seq) - time.monotonic()
@@ -415,6 +438,16 @@ def _oversized_frame(connection_id: str, seq: int) -> str:
     data = data_for(connection_id, seq)
     data["pad"] = "x" * (MAX_FRAME_BYTES + 1)
     return json.dumps({"type": "data", "seq": seq, "data": data}, separators=(",", ":"))
+
+
+def _deep_frame(seq: int) -> str:
+    return f'{{"type":"data","seq":{seq},"data":' + "[" * DEEP_NESTING + "]" * DEEP_NESTING + "}"
+
+
+def _surrogate_frame(connection_id: str, seq: int) -> str:
+    data = data_for(connection_id, seq)
+    body = json.dumps({"type": "data", "seq": seq, "data": data}, separators=(",", ":"))
+    return body[:-2] + f',"text":"{LONE_SURROGATE}"}}}}'
 
 
 async def _drain(connection: ServerConnection) -> None:

@@ -6,18 +6,27 @@ from leaseworker.protocol.base import (
     FrameDecoder,
     ProtocolError,
     ProtocolErrorKind,
+    ReplayedFrame,
     UpstreamProtocol,
 )
-from leaseworker.protocol.seqfeed import MAX_FRAME_BYTES, STALE_EPOCH, SeqfeedDecoder, SeqfeedProtocol
+from leaseworker.protocol.seqfeed import (
+    MAX_FRAME_BYTES,
+    MAX_NESTING_DEPTH,
+    STALE_EPOCH,
+    SeqfeedDecoder,
+    SeqfeedProtocol,
+)
 
 __all__ = [
     "MAX_FRAME_BYTES",
+    "MAX_NESTING_DEPTH",
     "STALE_EPOCH",
     "DataFrame",
     "ErrorFrame",
     "FrameDecoder",
     "ProtocolError",
     "ProtocolErrorKind",
+    "ReplayedFrame",
     "SeqfeedDecoder",
     "SeqfeedProtocol",
     "UpstreamProtocol",

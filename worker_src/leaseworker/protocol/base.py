@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-ProtocolErrorKind = Literal["gap", "bad_json", "oversized", "unexpected", "bad_frame"]
+ProtocolErrorKind = Literal["gap", "bad_json", "too_deep", "binary", "oversized", "unexpected", "bad_frame"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +21,14 @@ class DataFrame:
 
     seq: int
     data: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayedFrame:
+    """A data frame at or below the last accepted seq: an overlapping replay, dropped and
+    counted by the session, never delivered twice and never an error (DESIGN.md §4.5)."""
+
+    seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +57,9 @@ class FrameDecoder(Protocol):
         """The highest sequence number accepted so far (the `after_seq` it started from if none)."""
         ...
 
-    def decode(self, frame: str | bytes) -> DataFrame | ErrorFrame:
-        """Decode one frame; raise ProtocolError if it breaks the protocol. Advances `last_seq`
-        only when it returns a DataFrame."""
+    def decode(self, frame: str | bytes) -> DataFrame | ReplayedFrame | ErrorFrame:
+        """Decode one frame; raise ProtocolError (and nothing else) if it breaks the protocol.
+        Advances `last_seq` only when it returns a DataFrame."""
         ...
 
 

@@ -6,20 +6,28 @@ Upstream → client:
     {"type":"data","seq":n,"data":...}      n = N+1, N+2, … contiguous, replay first
     {"type":"error","code":...,"message":...} then a close; `stale_epoch` = a higher epoch exists
 
-Anything else (a gap, a duplicate or backwards seq, non-JSON, a non-object, a missing or
-mistyped field, an unknown type, a frame over MAX_FRAME_BYTES) is a ProtocolError.
+A data frame at or below the last accepted seq is an overlapping replay: `ReplayedFrame`, which
+the session drops and counts (§4.5). Anything else is a ProtocolError, and decoding raises
+nothing but ProtocolError whatever the frame holds: a gap; a binary frame (seqfeed/1 is text
+only); text that is not strict JSON (including NaN, Infinity, -Infinity and numbers that overflow
+to infinity, which no strict JSON sink could write back); JSON nested deeper than
+MAX_NESTING_DEPTH (or so deep that the parser itself gives up with RecursionError); a non-object;
+a missing or mistyped field (a bool, float, string or negative number as seq); an unknown type;
+a frame over MAX_FRAME_BYTES.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Final
 
-from leaseworker.protocol.base import DataFrame, ErrorFrame, ProtocolError
+from leaseworker.protocol.base import DataFrame, ErrorFrame, ProtocolError, ReplayedFrame
 
 NAME: Final = "seqfeed/1"
 MAX_FRAME_BYTES: Final = 1024 * 1024
 STALE_EPOCH: Final = "stale_epoch"
+MAX_NESTING_DEPTH: Final = 128  # arrays/objects, the frame itself being 1; far below recursion limits
 
 _SNIPPET = 80  # how much of a bad frame goes into an error message
 
@@ -43,6 +51,31 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not strict JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:_SNIPPET]} overflows to infinity")
+    return value
+
+
+def _nested_deeper_than(message: Any, limit: int) -> bool:
+    """Iterative, so that measuring a deep value cannot itself recurse."""
+    stack: list[tuple[Any, int]] = [(message, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if not isinstance(value, dict | list):
+            continue
+        children = value.values() if isinstance(value, dict) else value
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
 def _snippet(frame: str | bytes) -> str:
     text = frame if isinstance(frame, str) else frame[:_SNIPPET].decode("utf-8", "replace")
     return repr(text[:_SNIPPET])
@@ -60,21 +93,29 @@ class SeqfeedDecoder:
     def last_seq(self) -> int:
         return self._last_seq
 
-    def decode(self, frame: str | bytes) -> DataFrame | ErrorFrame:
-        # Size first, before paying for a parse. For str, len() counts code points; a frame of
-        # more code points than MAX_FRAME_BYTES is certainly oversized, and otherwise the UTF-8
-        # length decides (encoding is only paid for frames that might be close to the limit).
+    def decode(self, frame: str | bytes) -> DataFrame | ReplayedFrame | ErrorFrame:
+        if not isinstance(frame, str):
+            raise ProtocolError("binary", f"binary frame of {len(frame)} bytes: seqfeed/1 frames are text")
+        # Size first, before paying for a parse. len() counts code points; a frame of more code
+        # points than MAX_FRAME_BYTES is certainly oversized, and otherwise the UTF-8 length
+        # decides (encoding is only paid for frames that might be close to the limit).
         if len(frame) > MAX_FRAME_BYTES or (
-            isinstance(frame, str) and len(frame) * 4 > MAX_FRAME_BYTES and _utf8_len(frame) > MAX_FRAME_BYTES
+            len(frame) * 4 > MAX_FRAME_BYTES and _utf8_len(frame) > MAX_FRAME_BYTES
         ):
             raise ProtocolError("oversized", f"frame exceeds {MAX_FRAME_BYTES} bytes")
         try:
-            message: Any = json.loads(frame)
-        except (ValueError, UnicodeDecodeError) as exc:
-            # json.JSONDecodeError is a ValueError; bytes that are not UTF-8 raise UnicodeDecodeError.
+            message: Any = json.loads(frame, parse_constant=_refuse_constant, parse_float=_finite_float)
+        except RecursionError:
+            raise ProtocolError("too_deep", f"JSON nested too deeply to parse: {_snippet(frame)}") from None
+        except Exception as exc:  # any parse failure is the upstream's, never the session's
             raise ProtocolError(
-                "bad_json", f"not JSON ({exc.__class__.__name__}): {_snippet(frame)}"
+                "bad_json", f"not strict JSON ({exc.__class__.__name__}: {exc}): {_snippet(frame)}"[:400]
             ) from None
+        # A frame with few brackets cannot be deep: only count levels when it might be.
+        if frame.count("[") + frame.count("{") > MAX_NESTING_DEPTH and _nested_deeper_than(
+            message, MAX_NESTING_DEPTH
+        ):
+            raise ProtocolError("too_deep", f"JSON nested deeper than {MAX_NESTING_DEPTH} levels")
         if not isinstance(message, dict):
             raise ProtocolError("bad_frame", f"not a JSON object: {_snippet(frame)}")
         kind = message.get("type")
@@ -86,20 +127,22 @@ class SeqfeedDecoder:
             raise ProtocolError("bad_frame", "missing 'type'")
         raise ProtocolError("unexpected", f"unexpected frame type {kind!r}"[: _SNIPPET * 2])
 
-    def _data(self, message: dict[str, Any]) -> DataFrame:
+    def _data(self, message: dict[str, Any]) -> DataFrame | ReplayedFrame:
         if "seq" not in message:
             raise ProtocolError("bad_frame", "data frame without 'seq'")
         if "data" not in message:
             raise ProtocolError("bad_frame", "data frame without 'data'")
         seq = message["seq"]
-        if not _is_int(seq):
-            raise ProtocolError("bad_frame", f"data frame 'seq' is not an integer: {seq!r}"[: _SNIPPET * 2])
+        if not _is_int(seq) or seq < 0:
+            raise ProtocolError(
+                "bad_frame", f"data frame 'seq' is not an integer >= 0: {seq!r}"[: _SNIPPET * 2]
+            )
+        if seq <= self._last_seq:
+            return ReplayedFrame(seq)  # already accepted: an overlapping replay
         expected = self._last_seq + 1
         if seq != expected:
-            # A gap loses messages; a duplicate or backwards seq means the upstream is not
-            # honouring after_seq. Either way, resubscribing after the last delivered seq is the fix.
-            what = "gap" if seq > expected else "duplicate or backwards seq"
-            raise ProtocolError("gap", f"{what}: expected seq {expected}, got {seq}")
+            # A gap loses messages: resubscribing after the last delivered seq is the fix.
+            raise ProtocolError("gap", f"gap: expected seq {expected}, got {seq}")
         self._last_seq = seq
         return DataFrame(seq=seq, data=message["data"])
 

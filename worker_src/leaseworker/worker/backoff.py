@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import random
+import time
 from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
@@ -28,6 +29,41 @@ def backoff(
         capped = min(step, cap)
         yield capped / 2 + rand() * capped / 2
         step *= factor
+
+
+HEALTHY_SECONDS = 10.0
+"""A connection that stayed up this long was healthy: only then does the backoff start again.
+One record is not enough: an upstream that sends one record and drops would otherwise be
+reconnected to at the initial delay forever (DESIGN.md §3)."""
+
+
+class ReconnectPacing:
+    """The backoff of one session across its connection attempts."""
+
+    def __init__(
+        self,
+        *,
+        healthy_seconds: float | None = None,
+        delays: Callable[[], Iterator[float]] = backoff,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._healthy_seconds = HEALTHY_SECONDS if healthy_seconds is None else healthy_seconds
+        self._new_delays = delays
+        self._delays = delays()
+        self._clock = clock
+        self._connected_at: float | None = None
+
+    def connected(self) -> None:
+        self._connected_at = self._clock()
+
+    def disconnected(self) -> None:
+        """The connection ended: if it had stayed up for `healthy_seconds`, reset the backoff."""
+        if self._connected_at is not None and self._clock() - self._connected_at >= self._healthy_seconds:
+            self._delays = self._new_delays()
+        self._connected_at = None
+
+    def next_delay(self) -> float:
+        return next(self._delays)
 
 
 def is_loopback(host: str) -> bool:

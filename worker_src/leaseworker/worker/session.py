@@ -4,7 +4,15 @@ The session never decides ownership; it obeys it. Before every sink write it che
 local monotonic deadline (DESIGN.md §2d), and a timer aborts the socket the instant that deadline
 passes, so a worker that wakes from a pause past its deadline delivers nothing. Checkpoints are
 written by the worker's checkpoint loop from `delivered_seq`, which only moves after the sink
-has acknowledged.
+has acknowledged (by the accepted prefix when the sink took only part of a batch).
+
+Nothing an upstream does ends a session (L3, DESIGN.md §2c): a close at any point, a frame that
+breaks the protocol or a failed connect is a reconnect with backoff, and the reason goes to
+`last_error`. The backoff starts again only after a connection stayed up HEALTHY_SECONDS. An
+unexpected exception inside one connection attempt is a crash: the session keeps its lease,
+records it and backs off; MAX_CONSECUTIVE_CRASHES crashes with no delivery in between end the
+session as FAILED, so the connection is stopped with a reason instead of bouncing between
+workers. The worst-case memory of one connection is stated in worker/upstream.py.
 """
 
 from __future__ import annotations
@@ -12,32 +20,30 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
-from websockets.frames import CloseCode
 
-from leaseworker.lease.errors import StoreError
 from leaseworker.lease.model import Lease, LeaseState
 from leaseworker.observability.logging import get_logger, log_context
 from leaseworker.observability.metrics import MetricName, WorkerMetrics
 from leaseworker.observability.tracing import Tracing
-from leaseworker.protocol.base import DataFrame, ErrorFrame, ProtocolError, UpstreamProtocol
-from leaseworker.protocol.seqfeed import MAX_FRAME_BYTES, STALE_EPOCH
+from leaseworker.protocol.base import DataFrame, ErrorFrame, ProtocolError, ReplayedFrame, UpstreamProtocol
+from leaseworker.protocol.seqfeed import STALE_EPOCH
 from leaseworker.records import SinkRecord
 from leaseworker.settings import Settings
 from leaseworker.sinks.base import Sink, SinkError
-from leaseworker.worker.backoff import FatalUpstreamError, backoff, check_upstream_url, is_fatal
+from leaseworker.worker import upstream
+from leaseworker.worker.backoff import FatalUpstreamError, ReconnectPacing, check_upstream_url, is_fatal
+from leaseworker.worker.batch import Batch, frame_size
+from leaseworker.worker.failures import FailureRecorder, RecordFailure
+from leaseworker.worker.fence import LeaseFence
 
 logger = get_logger(__name__)
 
-BATCH_MAX_RECORDS = 200
-BATCH_LINGER_SECONDS = 0.02
-OPEN_TIMEOUT_SECONDS = 10.0
-CLOSE_TIMEOUT_SECONDS = 2.0
-FAILURE_RECORD_INTERVAL_SECONDS = 5.0
+MAX_CONSECUTIVE_CRASHES = 5  # crashes with no delivery in between before the connection is failed
 
 
 class Outcome(enum.Enum):
@@ -52,11 +58,16 @@ class SessionResult:
     reason: str
 
 
-RecordFailure = Callable[[Lease, str], Awaitable[bool]]
-
-
 class _SinkFailed(Exception):
     """Internal: the sink refused a batch; resubscribe after the last delivered seq."""
+
+
+class _Ended(Exception):
+    """Internal: the connection ended for `reason` (a close, a protocol error...): reconnect."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class _Stop(Exception):
@@ -65,24 +76,6 @@ class _Stop(Exception):
     def __init__(self, result: SessionResult) -> None:
         super().__init__(result.reason)
         self.result = result
-
-
-class FailureRecorder:
-    """Writes `last_error`/`failures` on the item, conditioned on the lease, at a bounded rate."""
-
-    def __init__(self, record: RecordFailure) -> None:
-        self._record = record
-        self._last = -FAILURE_RECORD_INTERVAL_SECONDS
-
-    async def __call__(self, lease: Lease, reason: str) -> None:
-        now = time.monotonic()
-        if now - self._last < FAILURE_RECORD_INTERVAL_SECONDS:
-            return
-        self._last = now
-        try:
-            await self._record(lease, reason)
-        except StoreError as error:
-            logger.warning("could not record failure", extra={"error": str(error)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +92,15 @@ class ConnectionSession:
         self.lease = lease
         self.delivered_seq = lease.start_seq
         self.checkpointed_seq = lease.start_seq
+        self.replays_dropped = 0  # overlapping replays (seq <= last accepted) dropped, §4.5
+        self.crashes = 0  # consecutive crashes, reset by any delivery
         self._deps = deps
         self._settings = deps.settings
         self._failures = FailureRecorder(record_failure)
         self._ws: ClientConnection | None = None
         self._stop_requested = asyncio.Event()
-        self._fence_timer: asyncio.TimerHandle | None = None
+        self._fence = LeaseFence(lease, self._on_deadline)
+        self._batch = Batch()
 
     # ------------------------------------------------------------------ control, from the worker
 
@@ -125,7 +121,7 @@ class ConnectionSession:
 
     async def run(self) -> SessionResult:
         with log_context(connection_id=self.lease.connection_id, epoch=self.lease.epoch):
-            self._arm_fence()
+            self._fence.arm()
             try:
                 check_upstream_url(self.lease.ws_url, allow_insecure=self._settings.allow_insecure_ws)
                 async with asyncio.TaskGroup() as group:
@@ -139,145 +135,199 @@ class ConnectionSession:
                 logger.error("connection can never work", extra={"reason": str(error)})
                 return SessionResult(Outcome.FAILED, str(error))
             finally:
-                if self._fence_timer is not None:
-                    self._fence_timer.cancel()
+                self._fence.cancel()
 
     async def _deliver_forever(self) -> SessionResult:
-        delays = backoff()
+        pacing = ReconnectPacing()
+        crashed_at = self.delivered_seq
         while True:
-            if self._stop_requested.is_set() or not self._valid():
+            if self._stopping():
                 return self._ending()
             try:
-                with self._deps.tracing.span(
-                    "session.connect", connection_id=self.lease.connection_id, epoch=self.lease.epoch
-                ):
-                    ws = await connect(
-                        self.lease.ws_url,
-                        open_timeout=OPEN_TIMEOUT_SECONDS,
-                        close_timeout=CLOSE_TIMEOUT_SECONDS,
-                        max_size=MAX_FRAME_BYTES,
-                    )
-            except Exception as error:
-                if is_fatal(error):
-                    return SessionResult(Outcome.FAILED, f"{type(error).__name__}: {error}")
-                await self._retry_later(f"connect failed: {type(error).__name__}: {error}", next(delays))
-                continue
-            self._ws = ws
-            if self._stop_requested.is_set() or not self._valid():
-                # Stopped or fenced while the handshake was in flight: the closer saw no socket.
-                self._ws = None
-                await self._close(ws)
-                return self._ending()
-            try:
-                delivered_before = self.delivered_seq
-                reason = await self._stream(ws)
-            except _SinkFailed as error:
-                reason = f"sink error: {error}"
+                reason = await self._attempt(pacing)
             except _Stop as stop:
                 return stop.result
-            finally:
-                self._ws = None
-                await self._close(ws)
-            if self.delivered_seq > delivered_before:
-                delays = backoff()  # a connection that delivered resets the backoff
-            if self._stop_requested.is_set() or not self._valid():
+            except Exception as error:  # a bug or an input nobody foresaw: contained, counted
+                if self.delivered_seq > crashed_at:
+                    self.crashes = 0  # it delivered since the last crash: not "in a row"
+                crashed_at = self.delivered_seq
+                self.crashes += 1
+                what = f"{type(error).__name__}: {error}"
+                logger.exception(
+                    "session crashed; keeping the lease and backing off", extra={"crashes": self.crashes}
+                )
+                if self.crashes >= MAX_CONSECUTIVE_CRASHES:
+                    return SessionResult(Outcome.FAILED, f"session crashed {self.crashes} times: {what}")
+                reason = f"session crashed: {what}"
+            if self._stopping():
                 return self._ending()
-            await self._retry_later(reason, next(delays))
+            await self._retry_later(reason, pacing.next_delay())
 
-    async def _stream(self, ws: ClientConnection) -> str:
-        """Subscribe and deliver until the socket ends; returns why it ended."""
+    async def _attempt(self, pacing: ReconnectPacing) -> str:
+        """One connection: connect, subscribe, deliver until it ends. Returns why it ended."""
+        with self._deps.tracing.span(
+            "session.connect", connection_id=self.lease.connection_id, epoch=self.lease.epoch
+        ):
+            try:
+                ws = await upstream.open_unless_stopped(self.lease.ws_url, self._stop_requested)
+            except Exception as error:
+                if is_fatal(error):
+                    raise _Stop(SessionResult(Outcome.FAILED, f"{type(error).__name__}: {error}")) from None
+                return f"connect failed: {type(error).__name__}: {error}"
+        if ws is None:
+            raise _Stop(self._ending())
+        self._ws = ws
+        pacing.connected()
+        try:
+            if self._stopping():
+                # Stopped or fenced as the handshake completed: the closer saw no socket.
+                raise _Stop(self._ending())
+            await self._subscribe(ws)
+            await self._stream(ws)
+        except _Ended as ended:
+            return ended.reason
+        except _SinkFailed as error:
+            return f"sink error: {error}"
+        except ConnectionClosed as closed:  # wherever else it surfaces: still just a close
+            return f"upstream closed: {closed}"
+        finally:
+            self._ws = None
+            pacing.disconnected()
+            self._batch.clear()  # undelivered records are fetched again after delivered_seq
+            await self._close(ws)
+
+    async def _subscribe(self, ws: ClientConnection) -> None:
         lease = self.lease
-        for opening in self._deps.protocol.opening_frames(
+        try:
+            for opening in self._deps.protocol.opening_frames(
+                connection_id=lease.connection_id,
+                after_seq=self.delivered_seq,
+                epoch=lease.epoch,
+                worker_id=lease.owner,
+            ):
+                await ws.send(opening)
+        except ConnectionClosed as closed:
+            raise _Ended(f"upstream closed before the subscribe was sent: {closed}") from None
+        logger.info("subscribed", extra={"after_seq": self.delivered_seq, "url": lease.ws_url})
+
+    async def _stream(self, ws: ClientConnection) -> NoReturn:
+        """Deliver until the socket ends; raises _Ended with the reason."""
+        decoder = self._deps.protocol.decoder(self.delivered_seq)
+        batch = self._batch
+        replayed = 0
+        try:
+            while True:
+                try:
+                    if batch:
+                        async with asyncio.timeout(batch.linger_left()):
+                            raw = await ws.recv()
+                    else:
+                        raw = await ws.recv()
+                except TimeoutError:
+                    await self._deliver()
+                    continue
+                except ConnectionClosed as closed:
+                    await self._deliver()
+                    raise _Ended(await self._on_close(closed)) from None
+                try:
+                    frame = decoder.decode(raw)
+                except ProtocolError as error:
+                    await self._deliver()
+                    raise _Ended(await self._protocol_error(str(error))) from None
+                if isinstance(frame, ReplayedFrame):
+                    if not replayed:  # once per subscription at once, the total when it ends
+                        logger.info(
+                            "overlapping replay: dropping frames already accepted",
+                            extra={"seq": frame.seq, "last_seq": decoder.last_seq},
+                        )
+                    replayed += 1
+                    self.replays_dropped += 1
+                    continue
+                if isinstance(frame, ErrorFrame):
+                    await self._deliver()
+                    raise _Ended(await self._error_frame(frame))
+                assert isinstance(frame, DataFrame)
+                size = frame_size(raw) if isinstance(raw, str) else len(raw)
+                if not batch.fits(size):
+                    await self._deliver()
+                batch.add(self._record(frame), size)
+                if batch.full:
+                    await self._deliver()
+        finally:
+            if replayed:
+                logger.warning(
+                    "overlapping replay dropped",
+                    extra={"dropped": replayed, "dropped_total": self.replays_dropped},
+                )
+
+    def _record(self, frame: DataFrame) -> SinkRecord:
+        lease = self.lease
+        return SinkRecord(
             connection_id=lease.connection_id,
-            after_seq=self.delivered_seq,
+            seq=frame.seq,
             epoch=lease.epoch,
             worker_id=lease.owner,
-        ):
-            await ws.send(opening)
-        logger.info("subscribed", extra={"after_seq": self.delivered_seq, "url": lease.ws_url})
-        decoder = self._deps.protocol.decoder(self.delivered_seq)
-        batch: list[SinkRecord] = []
-        first_at = 0.0
-        while True:
-            try:
-                if batch:
-                    async with asyncio.timeout(first_at + BATCH_LINGER_SECONDS - time.monotonic()):
-                        raw = await ws.recv()
-                else:
-                    raw = await ws.recv()
-            except TimeoutError:
-                await self._deliver(batch)
-                continue
-            except ConnectionClosed as closed:
-                await self._deliver(batch)
-                if closed.sent is not None and closed.sent.code == CloseCode.MESSAGE_TOO_BIG:
-                    # websockets refused a frame over MAX_FRAME_BYTES before buffering it.
-                    self._deps.metrics.count(MetricName.ProtocolErrors)
-                    await self._failures(
-                        lease, f"protocol error: oversized frame (> {MAX_FRAME_BYTES} bytes)"
-                    )
-                    return "protocol error: oversized frame"
-                return f"upstream closed: {closed}"
-            try:
-                frame = decoder.decode(raw)
-            except ProtocolError as error:
-                await self._deliver(batch)
-                self._deps.metrics.count(MetricName.ProtocolErrors)
-                logger.warning("protocol error; resubscribing", extra={"error": str(error)})
-                await self._failures(lease, f"protocol error: {error}")
-                return f"protocol error: {error}"
-            if isinstance(frame, ErrorFrame):
-                await self._deliver(batch)
-                if frame.code == STALE_EPOCH:
-                    # The upstream has seen a newer epoch: someone else owns this connection now.
-                    self.lose(f"upstream says stale epoch: {frame.message}")
-                    raise _Stop(SessionResult(Outcome.LOST, "stale epoch"))
-                logger.warning(
-                    "upstream error frame", extra={"code": frame.code, "upstream_message": frame.message}
-                )
-                await self._failures(lease, f"upstream error {frame.code}: {frame.message}")
-                return f"upstream error {frame.code}"
-            assert isinstance(frame, DataFrame)
-            if not batch:
-                first_at = time.monotonic()
-            batch.append(
-                SinkRecord(
-                    connection_id=lease.connection_id,
-                    seq=frame.seq,
-                    epoch=lease.epoch,
-                    worker_id=lease.owner,
-                    received_at_ms=time.time_ns() // 1_000_000,
-                    data=frame.data,
-                )
-            )
-            if len(batch) >= BATCH_MAX_RECORDS:
-                await self._deliver(batch)
+            received_at_ms=time.time_ns() // 1_000_000,
+            data=frame.data,
+        )
 
-    async def _deliver(self, batch: list[SinkRecord]) -> None:
-        """Hand `batch` to the sink if, and only if, the lease is still valid right now."""
+    async def _on_close(self, closed: ConnectionClosed) -> str:
+        broken = upstream.protocol_close(closed)
+        if broken is not None:
+            return await self._protocol_error(broken)
+        return f"upstream closed: {closed}"
+
+    async def _protocol_error(self, what: str) -> str:
+        self._deps.metrics.count(MetricName.ProtocolErrors)
+        logger.warning("protocol error; resubscribing", extra={"error": what})
+        await self._failures(self.lease, f"protocol error: {what}")
+        return f"protocol error: {what}"
+
+    async def _error_frame(self, frame: ErrorFrame) -> str:
+        if frame.code == STALE_EPOCH:
+            # The upstream has seen a newer epoch: someone else owns this connection now.
+            self.lose(f"upstream says stale epoch: {frame.message}")
+            raise _Stop(SessionResult(Outcome.LOST, "stale epoch"))
+        logger.warning("upstream error frame", extra={"code": frame.code, "upstream_message": frame.message})
+        await self._failures(self.lease, f"upstream error {frame.code}: {frame.message}")
+        return f"upstream error {frame.code}"
+
+    async def _deliver(self) -> None:
+        """Hand the batch to the sink if, and only if, the lease is still valid right now."""
+        batch = self._batch.records
         if not batch:
             return
+        self._batch.clear()
         now = time.monotonic()
         if not self.lease.is_valid(now):
-            batch.clear()
             raise _Stop(self._ending())
         try:
             # The write may not outlive the lease: past the deadline another epoch may deliver.
             async with asyncio.timeout(self.lease.valid_until - now):
                 await self._deps.sink.write(batch, valid=self._valid)
         except (SinkError, TimeoutError) as error:
+            accepted = min(max(error.accepted, 0), len(batch)) if isinstance(error, SinkError) else 0
+            self._delivered(batch[:accepted])
             self._deps.metrics.count(MetricName.SinkErrors)
-            logger.error("sink refused a batch; resubscribing", extra={"error": str(error) or "timeout"})
-            batch.clear()
+            logger.error(
+                "sink refused a batch; resubscribing",
+                extra={"error": str(error) or "timeout", "accepted": accepted, "batch": len(batch)},
+            )
             raise _SinkFailed(str(error) or "sink write timed out") from None
-        self.delivered_seq = batch[-1].seq
-        self._deps.metrics.count(MetricName.MessagesDelivered, len(batch))
-        batch.clear()
+        self._delivered(batch)
+
+    def _delivered(self, records: list[SinkRecord]) -> None:
+        if records:
+            self.delivered_seq = records[-1].seq
+            self._deps.metrics.count(MetricName.MessagesDelivered, len(records))
 
     # ------------------------------------------------------------------ helpers
 
     def _valid(self) -> bool:
         return self.lease.is_valid(time.monotonic())
+
+    def _stopping(self) -> bool:
+        return self._stop_requested.is_set() or not self._valid()
 
     def _ending(self) -> SessionResult:
         if self.lease.state is LeaseState.RELEASING and time.monotonic() < self.lease.valid_until:
@@ -306,7 +356,7 @@ class ConnectionSession:
 
     async def _close(self, ws: ClientConnection) -> None:
         try:
-            async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS + 0.5):
+            async with asyncio.timeout(upstream.CLOSE_TIMEOUT_SECONDS + 0.5):
                 await ws.close(1001, "going away")
         except TimeoutError:
             ws.transport.abort()
@@ -315,22 +365,7 @@ class ConnectionSession:
         if self._ws is not None:
             self._ws.transport.abort()
 
-    def _arm_fence(self) -> None:
-        """Abort the socket the moment the local deadline passes without a renewal."""
-        loop = asyncio.get_running_loop()
-
-        def check() -> None:
-            now = time.monotonic()
-            if self.lease.state is LeaseState.LOST:
-                return
-            if now >= self.lease.valid_until:
-                self._abort()
-                self._stop_requested.set()
-                return
-            self._fence_timer = loop.call_at(self._loop_time(loop, self.lease.valid_until), check)
-
-        self._fence_timer = loop.call_at(self._loop_time(loop, self.lease.valid_until), check)
-
-    @staticmethod
-    def _loop_time(loop: asyncio.AbstractEventLoop, monotonic_deadline: float) -> float:
-        return loop.time() + (monotonic_deadline - time.monotonic())
+    def _on_deadline(self) -> None:
+        """The local deadline passed without a renewal: abort the socket at once (§2d)."""
+        self._abort()
+        self._stop_requested.set()

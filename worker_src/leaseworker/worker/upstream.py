@@ -1,0 +1,78 @@
+"""Opening an upstream socket that a stop can interrupt, its receive limits, and why it closed.
+
+Memory per connection (process heap, worst case; docs/bad-input.md has the measurement):
+
+- the websockets receive queue pauses reading once it holds more than MAX_QUEUE_FRAMES frames.
+  Every frame already parsed from the last read is still queued, so it holds at most
+  MAX_QUEUE_FRAMES whole frames plus one socket read (asyncio reads 256 KiB at a time);
+- the frame parser holds at most one partial frame (< MAX_FRAME_BYTES);
+- the session holds the frame it is decoding (its bytes, and a str of up to 4 bytes per code
+  point) and one batch of at most BATCH_MAX_BYTES of frames (worker/batch.py) plus one frame,
+  decoded into Python objects: typically 2-5 times the JSON's size, at worst ~24 times for
+  frames made of empty containers (`[{},{},...]`);
+- the sink serialises one batch at a time (the JSON lines, then their UTF-8 bytes).
+
+With MAX_FRAME_BYTES = 1 MiB and MAX_QUEUE_FRAMES = 4: about 4.25 + 1 + 5 + 2 × (1 + decoding)
++ 2 MiB, i.e. ~15 MiB for ordinary JSON and ~60 MiB for adversarial containers. Kernel socket
+buffers come on top (TCP autotuning, up to net.ipv4.tcp_rmem's maximum, charged to the
+container's memory cgroup), and so does permessage-deflate's zlib state (~0.3 MiB) when the
+upstream negotiates compression. A slow sink therefore backs up into the queue, then into TCP
+flow control, then into the upstream: memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Final
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode
+
+from leaseworker.protocol.seqfeed import MAX_FRAME_BYTES
+
+OPEN_TIMEOUT_SECONDS = 10.0  # TCP + TLS + HTTP upgrade; an upstream that never answers fails here
+CLOSE_TIMEOUT_SECONDS = 2.0
+MAX_QUEUE_FRAMES: Final = 4  # high-water mark of the receive queue; resumes at a quarter of it
+
+# Closes that websockets sends itself when a frame breaks the protocol: protocol errors, not
+# the upstream going away.
+_PROTOCOL_CLOSES: Final[dict[int, str]] = {
+    CloseCode.MESSAGE_TOO_BIG: f"oversized frame (> {MAX_FRAME_BYTES} bytes)",
+    CloseCode.INVALID_DATA: "invalid UTF-8 in a text frame",
+    CloseCode.PROTOCOL_ERROR: "malformed websocket frame",
+}
+
+
+async def open_unless_stopped(url: str, stop: asyncio.Event) -> ClientConnection | None:
+    """Connect to `url`; None if `stop` was set first (a stop, a lost lease or shutdown).
+
+    Connect errors (refused, TLS, a bad upgrade, the open timeout) are raised as they are."""
+    connecting = asyncio.ensure_future(
+        connect(
+            url,
+            open_timeout=OPEN_TIMEOUT_SECONDS,
+            close_timeout=CLOSE_TIMEOUT_SECONDS,
+            max_size=MAX_FRAME_BYTES,
+            max_queue=MAX_QUEUE_FRAMES,
+        )
+    )
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({connecting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not connecting.done():
+            connecting.cancel()
+            await asyncio.wait({connecting})  # unlike `await`, never raises the task's error
+    if connecting.cancelled():
+        return None
+    return connecting.result()
+
+
+def protocol_close(closed: ConnectionClosed) -> str | None:
+    """If websockets itself closed the socket because a frame broke the protocol, say how."""
+    sent = closed.sent
+    if sent is not None and closed.rcvd_then_sent is not True:
+        return _PROTOCOL_CLOSES.get(sent.code)
+    return None
