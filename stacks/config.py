@@ -55,7 +55,11 @@ VPC_MAX_AZS = 2
 # The lease modes this worker version runs. `leaseMode` parses both values of DESIGN.md §7,
 # but synth refuses a mode the worker cannot run (it would deploy a crash-looping service).
 # Enabling session mode is this one line: ("connection", "session").
-SUPPORTED_LEASE_MODES: tuple[LeaseMode, ...] = ("connection",)
+SUPPORTED_LEASE_MODES: tuple[LeaseMode, ...] = ("connection", "session")
+# Session mode keeps a worker's checkpoints in one 400 KB item: the worker refuses more
+# MAX_CONNECTIONS than it can hold (leaseworker.lease.checkpoint_store.MAX_ENTRIES_PER_ITEM;
+# tests/infra keeps the two equal).
+SESSION_MAX_CONNECTIONS_PER_TASK = 2534
 
 # DESIGN.md §2a: in connection mode every renewal rewrites the by-state-expiry sort key, and
 # all STARTED items share one index partition key. One partition takes about 1,000 writes/s
@@ -88,7 +92,7 @@ class LeaseworkerConfig:
     account: str = DEFAULT_ACCOUNT
     region: str = DEFAULT_REGION
     # Lease protocol (DESIGN.md §2, §7), passed to the worker as environment variables.
-    lease_mode: LeaseMode = "connection"
+    lease_mode: LeaseMode = "session"
     lease_seconds: int = 20
     heartbeat_seconds: int = 5
     reconcile_seconds: int = 5
@@ -306,6 +310,14 @@ def validate(config: LeaseworkerConfig) -> LeaseworkerConfig:
     )
     for field in ("scale_in_cooldown_seconds", "scale_out_cooldown_seconds"):
         _check(0 <= getattr(c, field) <= 3600, c, field, "must be between 0 and 3600")
+    if c.lease_mode == "session":
+        _check(
+            c.max_connections_per_task <= SESSION_MAX_CONNECTIONS_PER_TASK,
+            c,
+            "max_connections_per_task",
+            f"must be <= {SESSION_MAX_CONNECTIONS_PER_TASK} in session mode "
+            "(one 400 KB checkpoint item per worker)",
+        )
     if c.lease_mode == "connection":
         _check(
             c.max_fleet_connections <= c.gsi_connection_ceiling,

@@ -28,6 +28,7 @@ WORKER_SOURCE = Path(__file__).resolve().parent.parent / "worker_src"
 # administration (Scan, DescribeTable, creating connections) is the CLI's, run with operator
 # credentials, never the task role's.
 TABLE_ITEM_ACTIONS: tuple[str, ...] = (
+    "dynamodb:BatchGetItem",
     "dynamodb:DeleteItem",
     "dynamodb:GetItem",
     "dynamodb:PutItem",

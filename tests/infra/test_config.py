@@ -82,10 +82,10 @@ BAD: list[tuple[str, Any, str]] = [
     ("region", "mars", "invalid context region='mars': must be an AWS region like us-east-1"),
     ("leaseMode", "lock", "invalid context leaseMode='lock': must be one of connection | session"),
     (
-        "leaseMode",
-        "session",
-        "invalid context leaseMode='session': session mode is not available in this worker version "
-        "(supported: connection)",
+        "maxConnectionsPerTask",
+        "3000",
+        "invalid context maxConnectionsPerTask='3000': must be <= 2534 in session mode "
+        "(one 400 KB checkpoint item per worker)",
     ),
     ("traceSampleRatio", "nan", "invalid context traceSampleRatio='nan': must be a number between 0 and 1"),
     (
@@ -233,10 +233,13 @@ def test_boundary_values_are_accepted() -> None:
     assert parse(traceSampleRatio="1e-3").trace_sample_ratio == 0.001
 
 
-def test_session_mode_is_refused_through_one_flag(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The refusal is SUPPORTED_LEASE_MODES alone: enabling session mode is one line."""
-    with pytest.raises(ConfigError, match="session mode is not available"):
-        parse(leaseMode="session")
-    monkeypatch.setattr(config_module, "SUPPORTED_LEASE_MODES", ("connection", "session"))
-    # In session mode the renewals do not touch the index: no connection-mode ceiling.
-    assert parse(leaseMode="session", maxTasks="10").lease_mode == "session"
+def test_session_mode_has_no_index_ceiling_and_matches_the_worker_limit() -> None:
+    """Session mode writes nothing per connection per heartbeat: no connection-mode ceiling.
+    Its own limit is the worker's one checkpoint item, and the two numbers agree."""
+    from leaseworker.lease.checkpoint_store import MAX_ENTRIES_PER_ITEM
+
+    assert config_module.SESSION_MAX_CONNECTIONS_PER_TASK == MAX_ENTRIES_PER_ITEM
+    assert parse(leaseMode="session", maxTasks="10").max_fleet_connections == 7000
+    with pytest.raises(ConfigError, match="index ceiling"):
+        parse(leaseMode="connection", maxTasks="10")
+    assert parse(leaseMode="session", maxConnectionsPerTask=str(MAX_ENTRIES_PER_ITEM)).lease_mode == "session"

@@ -16,15 +16,16 @@ import pytest
 from leaseworker.local.fleet import FAST, Fleet
 from leaseworker.local.invariants import check_all, read_sink
 from leaseworker.local.proxy import ProxyThread
+from leaseworker.worker.fenced import EXIT_FENCED
 from tests.system.test_failover import wait_until
 
 N = 10
 EVEN_SPLIT = ["cut"] * (N // 2) + ["peer"] * (N // 2)
 
 
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    with Fleet(tmp_path, timings=FAST, feed_rate=20.0) as running:
+@pytest.fixture(params=["connection", "session"])
+def fleet(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Fleet]:
+    with Fleet(tmp_path, timings=FAST, feed_rate=20.0, lease_mode=request.param) as running:
         yield running
 
 
@@ -63,9 +64,11 @@ def test_partitioned_worker_self_fences_before_takeover(fleet: Fleet) -> None:
         log = (fleet.logs / "cut.log").read_text()
         assert "self-fenced" in log
 
-        proxy.set_mode("pass")  # healed: it rejoins and gets a share again
-        wait_until(
-            lambda: "cut" in {o for o, _ in fleet.leases().values()}, 30, "the healed worker to own again"
-        )
+        # Healed: its peer fenced its silent session meanwhile, so its first heartbeat tells it
+        # to stop (DESIGN.md §2.0); it exits 3, and a fresh worker in its place gets a share.
+        proxy.set_mode("pass")
+        assert fleet.wait_exit("cut", 15) == EXIT_FENCED
+        fleet.start_worker("fresh")
+        wait_until(lambda: "fresh" in {o for o, _ in fleet.leases().values()}, 30, "the new worker to own")
     report, _ = check_all(fleet.sink_dir)
     assert report.ok, report.violations

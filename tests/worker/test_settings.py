@@ -16,7 +16,7 @@ def load(**env: str) -> Settings:
 def test_defaults_match_design() -> None:
     settings = load()
     assert settings.table_name == "leaseworker-connections"
-    assert settings.lease_mode == "connection"
+    assert settings.lease_mode == "session"  # DESIGN.md §2b: the default once session mode exists
     assert (settings.lease_seconds, settings.heartbeat_seconds) == (20.0, 5.0)
     assert (settings.reconcile_seconds, settings.checkpoint_seconds) == (5.0, 5.0)
     assert settings.max_clock_skew_ms == 1000
@@ -86,3 +86,9 @@ def test_default_worker_id_local_and_ecs() -> None:
     ecs = default_worker_id({"ECS_CONTAINER_METADATA_URI_V4": "http://169.254.170.2/v4/0123abcd4567-1111"})
     assert ecs.startswith("0123abcd4567-")
     assert default_worker_id({}) != default_worker_id({})  # random suffix
+
+
+def test_session_mode_refuses_more_connections_than_one_checkpoint_item_holds() -> None:
+    with pytest.raises(SettingsError, match=r"invalid MAX_CONNECTIONS=2535: must be <= 2534 in session mode"):
+        load(LEASE_MODE="session", MAX_CONNECTIONS="2535")
+    assert load(LEASE_MODE="connection", MAX_CONNECTIONS="2535").max_connections == 2535

@@ -36,7 +36,7 @@ class SettingsError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Settings:
     table_name: str = DEFAULT_TABLE
-    lease_mode: LeaseMode = "connection"
+    lease_mode: LeaseMode = "session"
     lease_seconds: float = 20.0
     heartbeat_seconds: float = 5.0
     reconcile_seconds: float = 5.0  # the seed reconciled every 60 s; see DESIGN.md §2a
@@ -127,6 +127,12 @@ class Settings:
         if not ID_PATTERN.fullmatch(self.worker_id):
             raise SettingsError("WORKER_ID", self.worker_id, "must match [A-Za-z0-9._:-]{1,128}")
         validate_sink(self.sink)
+        if self.lease_mode == "session":
+            # One checkpoint item per worker holds every entry (DESIGN.md §2b). Imported here:
+            # the store module itself depends on this one.
+            from leaseworker.lease.checkpoint_store import check_checkpoint_capacity
+
+            check_checkpoint_capacity(self.max_connections)
 
 
 def validate_sink(spec: str) -> None:
@@ -200,7 +206,7 @@ def load_settings(
     return Settings(
         table_name=source.get("TABLE_NAME", DEFAULT_TABLE),
         # An unknown mode is refused by validate(), with the rule, like every other value.
-        lease_mode=cast(LeaseMode, source.get("LEASE_MODE", "connection").strip() or "connection"),
+        lease_mode=cast(LeaseMode, source.get("LEASE_MODE", "session").strip() or "session"),
         lease_seconds=_number(source, "LEASE_SECONDS", 20.0, float),
         heartbeat_seconds=_number(source, "HEARTBEAT_SECONDS", 5.0, float),
         reconcile_seconds=_number(source, "RECONCILE_SECONDS", 5.0, float),

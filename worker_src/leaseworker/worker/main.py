@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, TextIO
 import aioboto3
 
 from leaseworker.aws import dynamodb_client, sqs_client
-from leaseworker.lease.checkpoint_store import CheckpointStore, check_checkpoint_capacity
+from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.liveness import SessionValidity
 from leaseworker.lease.ownership import ConnectionLeases, Ownership
@@ -49,8 +49,6 @@ async def build_worker(
     """Open every client once, in `stack`, and assemble the worker from them.
 
     `sink` replaces the one SINK names (tests inject faulty sinks this way)."""
-    if settings.lease_mode == "session":
-        check_checkpoint_capacity(settings.max_connections)
     session = aioboto3.Session()
     ddb = await dynamodb_client(stack, session, settings)
     sink = sink or await open_sink(
