@@ -106,7 +106,7 @@ class LeaseworkerConfig:
     min_tasks: int = 1
     # 3 x 700 = 2,100 connections stays under the connection-mode ceiling (2,500 at a 5 s
     # heartbeat); see GSI_RENEWALS_PER_SECOND_CEILING.
-    max_tasks: int = 3
+    max_tasks: int = 10
     task_cpu: int = 512
     task_memory_mib: int = 1024
     # None: the stage's default, see `nat_gateway_count` (dev 1, prod one per AZ).

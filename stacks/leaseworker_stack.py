@@ -22,16 +22,17 @@ from stacks.worker_service import HealthCheckTiming, WorkerService
 WORKER_SOURCE = Path(__file__).resolve().parent.parent / "worker_src"
 
 # Exactly what the worker process calls (tests/infra/test_iam.py scans worker_src to keep this
-# in step): the lease store's conditional UpdateItems (acquire, renew, release, checkpoint) and
-# GetItem on connection items, PutItem/DeleteItem on its own `worker#<id>` presence item, and
-# Query on the GSIs: by-state-expiry (reconcile) and by-owner (what a worker holds). Table
+# in step): conditional UpdateItems on connection items (acquire, claim, renew, release,
+# checkpoint), on its own session and checkpoint items (heartbeat, fence, checkpoints), GetItem
+# and BatchGetItem (a connection, the session items, a fenced peer's connections), DeleteItem
+# (reaping a fenced session that holds nothing), and Query on the GSIs: by-state-expiry
+# (reconcile, session listing) and by-owner (what a fenced worker held). Table
 # administration (Scan, DescribeTable, creating connections) is the CLI's, run with operator
 # credentials, never the task role's.
 TABLE_ITEM_ACTIONS: tuple[str, ...] = (
     "dynamodb:BatchGetItem",
     "dynamodb:DeleteItem",
     "dynamodb:GetItem",
-    "dynamodb:PutItem",
     "dynamodb:UpdateItem",
 )
 INDEX_ACTIONS: tuple[str, ...] = ("dynamodb:Query",)

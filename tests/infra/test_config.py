@@ -26,14 +26,14 @@ def parse(**context: Any) -> LeaseworkerConfig:
 def test_defaults_are_the_documented_ones() -> None:
     config = parse()
     assert config == LeaseworkerConfig()
-    assert (config.lease_mode, config.lease_seconds, config.heartbeat_seconds) == ("connection", 20, 5)
+    assert (config.lease_mode, config.lease_seconds, config.heartbeat_seconds) == ("session", 20, 5)
     assert (config.reconcile_seconds, config.checkpoint_seconds, config.max_clock_skew_ms) == (5, 5, 1000)
     assert (config.max_connections_per_task, config.stop_timeout_seconds, config.sink) == (
         1000,
         60,
         "kinesis",
     )
-    assert (config.min_tasks, config.max_tasks, config.task_cpu, config.task_memory_mib) == (1, 3, 512, 1024)
+    assert (config.min_tasks, config.max_tasks, config.task_cpu, config.task_memory_mib) == (1, 10, 512, 1024)
     assert (config.nat_gateway_count, config.alarm_email, config.metrics_namespace) == (
         1,
         None,
@@ -81,12 +81,6 @@ BAD: list[tuple[str, Any, str]] = [
     ("account", "12345", "invalid context account='12345': must be a 12-digit AWS account id"),
     ("region", "mars", "invalid context region='mars': must be an AWS region like us-east-1"),
     ("leaseMode", "lock", "invalid context leaseMode='lock': must be one of connection | session"),
-    (
-        "maxConnectionsPerTask",
-        "3000",
-        "invalid context maxConnectionsPerTask='3000': must be <= 2534 in session mode "
-        "(one 400 KB checkpoint item per worker)",
-    ),
     ("traceSampleRatio", "nan", "invalid context traceSampleRatio='nan': must be a number between 0 and 1"),
     (
         "traceSampleRatio",
@@ -201,7 +195,12 @@ def test_every_parameter_has_a_bad_value_case() -> None:
             "invalid context scaleTargetConnections=700: must be <= maxConnectionsPerTask",
         ),
         (
-            {"maxTasks": "4"},
+            {"maxConnectionsPerTask": "3000"},
+            "invalid context maxConnectionsPerTask=3000: must be <= 2534 in session mode "
+            "(one 400 KB checkpoint item per worker)",
+        ),
+        (
+            {"leaseMode": "connection", "maxTasks": "4"},
             "invalid context maxTasks=4: maxTasks x scaleTargetConnections = 4 x 700 = 2800 connections "
             "exceeds the connection-mode index ceiling 500 x heartbeatSeconds = 2500 (DESIGN.md §2a); "
             "lower maxTasks or scaleTargetConnections, or raise heartbeatSeconds",

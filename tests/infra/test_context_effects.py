@@ -13,7 +13,6 @@ import pytest
 from stacks.config import PARAMETERS
 from tests.infra.conftest import (
     CUSTOM,
-    SESSION_MODE_SUPPORTED,
     Synth,
     container_environment,
     normalise,
@@ -85,7 +84,7 @@ def test_every_parameter_has_an_effect_test() -> None:
     covered = set(ENV_PARAMETERS) | set(OTHER_EFFECTS)
     assert covered == {p.context for p in PARAMETERS}
     assert set(EXPECTED_CUSTOM_EFFECTS) == set(OTHER_EFFECTS)
-    assert set(CUSTOM) >= covered - ({"leaseMode"} if not SESSION_MODE_SUPPORTED else set())
+    assert set(CUSTOM) >= covered
 
 
 @pytest.mark.parametrize(("context", "env_var"), sorted(ENV_PARAMETERS.items()))
@@ -117,7 +116,7 @@ def test_default_container_environment(default: Synth) -> None:
         "TABLE_NAME": {"Ref": table_id},
         "NOTIFY_QUEUE_URL": {"Ref": queue_id},
         "SINK": env["SINK"],  # asserted in test_resources (kinesis:<stream>)
-        "LEASE_MODE": "connection",
+        "LEASE_MODE": "session",
         "LEASE_SECONDS": "20",
         "HEARTBEAT_SECONDS": "5",
         "RECONCILE_SECONDS": "5",

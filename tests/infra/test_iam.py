@@ -66,7 +66,6 @@ TASK_ROLE = {
         "dynamodb:BatchGetItem",
         "dynamodb:DeleteItem",
         "dynamodb:GetItem",
-        "dynamodb:PutItem",
         "dynamodb:UpdateItem",
     },
     "LeaseTable.Arn/index/by-state-expiry": {"dynamodb:Query"},
