@@ -1,29 +1,28 @@
 """`leaseworker local up`: bring the fleet up, show it (live or scripted), and always tear it down.
 
 Every process is a child of this one, started in its own session and stopped by pid on the way
-out: on q, Ctrl-C, SIGTERM, SIGHUP, the end of --duration, or an error.
+out: on q, Ctrl-C, SIGTERM, SIGHUP, the end of --duration, or an error. The three signals are
+handled by `StopSignals` whatever disposition this process inherited (a background job starts
+with SIGINT ignored); during teardown they are only recorded, so a second Ctrl-C cannot leave
+processes behind.
 """
 
 from __future__ import annotations
 
 import contextlib
 import shutil
-import signal
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from rich.console import Console
 
 from leaseworker.local.fleet import FAST, Fleet
 from leaseworker.local.scenario import FailoverScenario
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
+from leaseworker.local.stopping import StopSignals
 
 
 @contextlib.contextmanager
@@ -40,30 +39,6 @@ def _scratch(root: Path | None) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def _signals_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP end the run like Ctrl-C does, so the cleanup always runs."""
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-@contextlib.contextmanager
-def _uninterruptible() -> Iterator[None]:
-    """The teardown itself is bounded; a second Ctrl-C must not leave processes behind."""
-    previous = {
-        sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    }
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def run_live(
     *,
     workers: int,
@@ -75,29 +50,39 @@ def run_live(
 ) -> None:
     from leaseworker.local.view import LiveView
 
-    err = Console(stderr=True, soft_wrap=True)
-    with _signals_interrupt(), _scratch(root) as base:
+    err = Console(stderr=True, soft_wrap=True, highlight=False)
+    with StopSignals() as stop, _scratch(root) as base:
         fleet = Fleet(base, timings=FAST, feed_rate=feed_rate)
         view: LiveView | None = None
         try:
-            with err.status(f"starting DynamoDB Local, SQS (moto) and the feed in {base} …"):
+            # Start-up has no loop that could check for a stop request: there a signal raises.
+            with stop.raising(), err.status(f"starting DynamoDB Local, SQS (moto) and the feed in {base} …"):
                 fleet.start()
             view = LiveView(
-                fleet, workers=workers, connections=connections, duration=duration, auto_faults=auto_faults
+                fleet,
+                workers=workers,
+                connections=connections,
+                duration=duration,
+                auto_faults=auto_faults,
+                stop=stop,
             )
-            view.run()
+            view.run()  # returns on q, a stop signal or the end of --duration, its display closed
         except KeyboardInterrupt:
             pass
         finally:
-            with _uninterruptible():
-                err.print(f"stopping {len(fleet.children())} processes by pid …")
-                if view is not None:
-                    view.shutdown()
-                else:
-                    fleet.stop()
-                for line in view.fault_summary() if view is not None else ():
-                    err.print(f"  {line}")
-                err.print("stopped: every process this command started has exited")
+            # From here on signals are only recorded: the teardown is bounded and must finish.
+            began = time.monotonic()
+            why = f"{stop.received.name}: " if stop.received is not None else ""
+            err.print(f"{why}stopping {len(fleet.children())} processes by pid …")
+            if view is not None:
+                view.shutdown()
+            else:
+                fleet.stop()
+            for line in view.fault_summary() if view is not None else ():
+                err.print(f"  {line}")
+            err.print(
+                f"stopped: every process this command started has exited ({time.monotonic() - began:.1f} s)"
+            )
 
 
 def run_scenario(
@@ -108,7 +93,7 @@ def run_scenario(
     def progress(message: str) -> None:
         err.print(f"[dim]local up:[/] {message}", highlight=False)
 
-    with _signals_interrupt(), _scratch(root) as base:
+    with StopSignals() as stop, stop.raising(), _scratch(root) as base:
         scenario = FailoverScenario(
             base,
             workers=workers,

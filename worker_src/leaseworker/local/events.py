@@ -26,12 +26,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.lease.errors import StoreError
 from leaseworker.local.fleet import TABLE, Fleet
 from leaseworker.local.services import local_dynamodb
 
 FaultKind = Literal["kill", "pause", "terminate"]
 RATE_WINDOW_S = 3.0
 SIGNALS = {"kill": signal.SIGKILL, "pause": signal.SIGSTOP, "terminate": signal.SIGTERM}
+# One table scan may hold the view's loop this long; a stop request waits for it at most once.
+POLL_DEADLINE_S = 2.0
+CLOSE_DEADLINE_S = 2.0
 
 
 def takeover_bound_s(fleet: Fleet, connect_allowance_s: float = 1.5) -> float:
@@ -110,7 +114,9 @@ class WorkerStats:
 
 
 class TableReader:
-    """One DynamoDB client for the whole run, on a private event loop (the monitor is synchronous)."""
+    """One DynamoDB client for the whole run, on a private event loop (the monitor is synchronous).
+
+    Every scan has a deadline (POLL_DEADLINE_S); a slow or failed one raises a StoreError."""
 
     def __init__(self, endpoint: str) -> None:
         self._endpoint = endpoint
@@ -120,7 +126,7 @@ class TableReader:
 
     async def _open(self) -> LeaseTableAdmin:
         client = await self._stack.enter_async_context(local_dynamodb(self._endpoint))
-        return LeaseTableAdmin(client, TABLE, call_timeout=5.0)
+        return LeaseTableAdmin(client, TABLE, call_timeout=POLL_DEADLINE_S)
 
     def scan(self) -> list[dict[str, Any]]:
         if self._admin is None:
@@ -129,8 +135,13 @@ class TableReader:
         return items
 
     def close(self) -> None:
-        self._loop.run_until_complete(self._stack.aclose())
-        self._loop.close()
+        """Close the client within CLOSE_DEADLINE_S; the process is exiting either way."""
+        try:
+            self._loop.run_until_complete(asyncio.wait_for(self._stack.aclose(), CLOSE_DEADLINE_S))
+        except (TimeoutError, OSError):
+            pass  # only sockets to DynamoDB Local are left, and it is being stopped
+        finally:
+            self._loop.close()
 
 
 class FleetMonitor:
@@ -149,6 +160,7 @@ class FleetMonitor:
         self._sinks: dict[str, Tail] = {}
         self._logs: dict[str, Tail] = {}
         self._feed_events: list[dict[str, Any]] = []
+        self.table_error: str | None = None  # why the last scan failed, while it keeps failing
 
     # ------------------------------------------------------------------ inputs
 
@@ -156,8 +168,9 @@ class FleetMonitor:
         self.events.append(Event(time.time(), kind, text))
 
     def signal(self, kind: FaultKind, worker: str) -> Fault:
-        """Send the fault's signal to `worker`; follow the leases it held at that moment."""
-        items = self.reader.scan()
+        """Send the fault's signal to `worker`; follow the leases it held at that moment (the
+        previous reading if the table cannot be read now)."""
+        items = self._scan() or list(self.items.values())
         sent_s = self.fleet.signal(worker, SIGNALS[kind])
         epochs = {
             str(item["connection_id"]): int(item.get("lease_epoch", 0))
@@ -181,14 +194,30 @@ class FleetMonitor:
 
     def poll(self) -> None:
         now = time.time()
-        items = {str(item["connection_id"]): item for item in self.reader.scan()}
-        self._diff(self.items, items, now)
-        self.items = items
-        self.samples.append({cid: int(item.get("last_seq", -1)) for cid, item in items.items()})
+        scanned = self._scan()
+        if scanned is not None:
+            items = {str(item["connection_id"]): item for item in scanned}
+            self._diff(self.items, items, now)
+            self.items = items
+            self.samples.append({cid: int(item.get("last_seq", -1)) for cid, item in items.items()})
         self._read_sinks(now)
         self._read_logs()
         self._read_feed()
         self._worker_stats(now)
+
+    def _scan(self) -> list[dict[str, Any]] | None:
+        """The table's items, or None (noted once per outage) when the scan failed or was slow."""
+        try:
+            items = self.reader.scan()
+        except StoreError as error:
+            if self.table_error is None:
+                self.note(f"cannot read the lease table ({error}); showing the last reading", "lost")
+            self.table_error = str(error)
+            return None
+        if self.table_error is not None:
+            self.note("the lease table is readable again")
+            self.table_error = None
+        return items
 
     def _diff(self, before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]], now: float) -> None:
         for cid, item in after.items():

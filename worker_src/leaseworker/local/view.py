@@ -2,16 +2,17 @@
 
 One thread does everything: poll the fleet (table, feed log, sink files, worker logs), run the
 automatic faults, redraw, then wait up to half a second for keys. Keys are read from the tty in
-cbreak mode with select(), so no reader thread is needed and Ctrl-C still raises
-KeyboardInterrupt. When stdout is not a terminal the view falls back to plain lines: each event as
-it happens, and a one-line summary of the workers every few seconds.
+cbreak mode with select(), so no reader thread is needed. Ctrl-C (still SIGINT in cbreak mode),
+SIGTERM and SIGHUP never raise here: `StopSignals` records them and wakes that select(), and the
+loop ends at its next check, outside any DynamoDB call or frame being written; the caller tears
+down after the Live display has closed. When stdout is not a terminal the view falls back to plain
+lines: each event as it happens, and a one-line summary of the workers every few seconds.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import sys
 import termios
@@ -29,6 +30,7 @@ from rich.text import Text
 
 from leaseworker.local.events import HANDOFF_BOUND_S, Fault, FleetMonitor, takeover_bound_s
 from leaseworker.local.fleet import Fleet
+from leaseworker.local.stopping import StopSignals
 
 SIGNAL_NAMES = {"kill": "SIGKILL", "pause": "SIGSTOP", "terminate": "SIGTERM"}
 REFRESH_S = 0.5
@@ -67,9 +69,12 @@ class AutoFaults:
 
 
 class KeyReader:
-    """Single keypresses from the controlling terminal (cbreak mode), or nothing if there is none."""
+    """Single keypresses from the controlling terminal (cbreak mode), or nothing if there is none.
 
-    def __init__(self) -> None:
+    Waiting for a key ends early when a stop signal arrives."""
+
+    def __init__(self, stop: StopSignals) -> None:
+        self.stop = stop
         self.fd: int | None = None
         self._saved: list[Any] | None = None
 
@@ -85,11 +90,8 @@ class KeyReader:
             termios.tcsetattr(self.fd, termios.TCSADRAIN, self._saved)
 
     def read(self, timeout: float) -> str:
-        if self.fd is None:
-            time.sleep(timeout)
-            return ""
-        ready, _, _ = select.select([self.fd], [], [], timeout)
-        if not ready:
+        ready = self.stop.wait(timeout, [] if self.fd is None else [self.fd])
+        if self.fd is None or self.fd not in ready:
             return ""
         return os.read(self.fd, 64).decode(errors="ignore")
 
@@ -103,9 +105,11 @@ class LiveView:
         connections: int,
         duration: float | None,
         auto_faults: bool,
+        stop: StopSignals,
         console: Console | None = None,
     ) -> None:
         self.fleet = fleet
+        self.stop = stop
         self.n_workers = workers
         self.n_connections = connections
         self.duration = duration
@@ -137,7 +141,7 @@ class LiveView:
                 "replacement worker (--no-auto-faults to skip)",
                 "auto",
             )
-        with KeyReader() as keys:
+        with KeyReader(self.stop) as keys:
             if self.interactive:
                 with Live(self.render(), console=self.console, auto_refresh=False, transient=False) as live:
                     self._loop(keys, lambda: live.update(self.render(), refresh=True))
@@ -145,9 +149,13 @@ class LiveView:
                 self._loop(keys, self._print_plain)
 
     def _loop(self, keys: KeyReader, show: Any) -> None:
+        """Until q, a stop signal or the end of --duration; each step is bounded (the table scan by
+        its deadline), so a stop request is seen within about REFRESH_S + POLL_DEADLINE_S."""
         end = None if self.duration is None else time.monotonic() + self.duration
-        while end is None or time.monotonic() < end:
+        while not self.stop.requested and (end is None or time.monotonic() < end):
             self.monitor.poll()
+            if self.stop.requested:
+                return
             self._check_ready()
             self._auto_step()
             show()
@@ -164,8 +172,7 @@ class LiveView:
                     os.kill(worker.pid, signal.SIGTERM)
                 self.paused.discard(name)
         self.fleet.stop()
-        with contextlib.suppress(Exception):
-            self.monitor.close()
+        self.monitor.close()
 
     # ------------------------------------------------------------------ actions
 
