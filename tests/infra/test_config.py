@@ -42,7 +42,8 @@ def test_defaults_are_the_documented_ones() -> None:
     assert config.trace_sample_ratio == 0.01
     assert (config.stage, config.account, config.region) == ("dev", "123456789012", "us-east-1")
     assert config.scale_target_connections <= config.max_connections_per_task
-    assert config.max_fleet_connections <= config.gsi_connection_ceiling
+    # Session mode has no index ceiling: the default fleet may exceed connection mode's.
+    assert config.max_fleet_connections == 7000 > config.gsi_connection_ceiling == 2500
 
 
 def test_prod_defaults_to_one_nat_gateway_per_az_and_natgateways_overrides() -> None:
