@@ -26,6 +26,9 @@ SINK_ERRORS = "SinkErrors"
 RECONNECTS = "Reconnects"
 PROTOCOL_ERRORS = "ProtocolErrors"
 CHECKPOINT_LAG_SEQ = "CheckpointLagSeq"
+TAKEOVERS_BY_FENCE = "TakeoversByFence"
+TAKEOVERS_BY_EXPIRY = "TakeoversByExpiry"
+REPLAYS_DROPPED = "ReplaysDropped"
 
 # Every metric name of DESIGN.md §8, in the order the dashboard shows them.
 ALL_METRICS: tuple[str, ...] = (
@@ -37,11 +40,14 @@ ALL_METRICS: tuple[str, ...] = (
     SELF_FENCED,
     ORPHANS_SEEN,
     TAKEOVER_SECONDS,
+    TAKEOVERS_BY_FENCE,
+    TAKEOVERS_BY_EXPIRY,
     HANDOFF_SECONDS,
     MESSAGES_DELIVERED,
     SINK_ERRORS,
     RECONNECTS,
     PROTOCOL_ERRORS,
+    REPLAYS_DROPPED,
     CHECKPOINT_LAG_SEQ,
 )
 

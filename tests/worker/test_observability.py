@@ -144,6 +144,11 @@ def test_metric_names_match_the_design() -> None:
         "Reconnects",
         "ProtocolErrors",
         "CheckpointLagSeq",
+        # Added after DESIGN.md §8's list (see the closing notes): takeovers by fence versus by
+        # expiry (issue 10), and overlapping replays dropped (§4.5).
+        "TakeoversByFence",
+        "TakeoversByExpiry",
+        "ReplaysDropped",
     }
 
 

@@ -183,8 +183,8 @@ class SessionHeldStore:
     async def release(self, lease: Lease, last_seq: int | None) -> bool:
         return await self._leases.release(lease, last_seq)
 
-    async def mark_failed(self, lease: Lease, reason: str) -> bool:
-        return await self._leases.mark_failed(lease, reason)
+    async def mark_failed(self, lease: Lease, reason: str, last_seq: int | None = None) -> bool:
+        return await self._leases.mark_failed(lease, reason, last_seq)
 
     async def record_failure(self, lease: Lease, reason: str) -> bool:
         return await self._leases.record_failure(lease, reason)

@@ -62,7 +62,7 @@ class Ownership(Protocol):
 
     async def release(self, lease: Lease, last_seq: int | None) -> bool: ...
 
-    async def mark_failed(self, lease: Lease, reason: str) -> bool: ...
+    async def mark_failed(self, lease: Lease, reason: str, last_seq: int | None = None) -> bool: ...
 
     async def record_failure(self, lease: Lease, reason: str) -> bool: ...
 
@@ -129,8 +129,8 @@ class ConnectionLeases:
     async def release(self, lease: Lease, last_seq: int | None) -> bool:
         return await self._store.release(lease, last_seq)
 
-    async def mark_failed(self, lease: Lease, reason: str) -> bool:
-        return await self._store.mark_failed(lease, reason)
+    async def mark_failed(self, lease: Lease, reason: str, last_seq: int | None = None) -> bool:
+        return await self._store.mark_failed(lease, reason, last_seq)
 
     async def record_failure(self, lease: Lease, reason: str) -> bool:
         return await self._store.record_failure(lease, reason)

@@ -121,8 +121,8 @@ class SessionLeases:
     async def release(self, lease: Lease, last_seq: int | None) -> bool:
         return await self._held.release(lease, last_seq)
 
-    async def mark_failed(self, lease: Lease, reason: str) -> bool:
-        return await self._held.mark_failed(lease, reason)
+    async def mark_failed(self, lease: Lease, reason: str, last_seq: int | None = None) -> bool:
+        return await self._held.mark_failed(lease, reason, last_seq)
 
     async def record_failure(self, lease: Lease, reason: str) -> bool:
         return await self._held.record_failure(lease, reason)

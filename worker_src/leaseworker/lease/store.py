@@ -280,20 +280,26 @@ class LeaseStore:
             {":error": {"S": reason[:500]}, ":now": {"N": str(now_ms())}, ":one": {"N": "1"}},
         )
 
-    async def mark_failed(self, lease: Lease, reason: str) -> bool:
-        """A connection that can never work: stop it with a reason instead of bouncing it."""
-        return await self._conditional(
-            lease,
+    async def mark_failed(self, lease: Lease, reason: str, last_seq: int | None = None) -> bool:
+        """A connection that can never work: stop it with a reason instead of bouncing it.
+
+        `last_seq`, what the sink accepted, is written too (only forward), so that an operator's
+        `connections start` resumes after it instead of replaying."""
+        update = (
             "SET desired_state = :stopped, last_error = :error, lease_expires_at_ms = :zero, "
-            "updated_at_ms = :now ADD failures :one REMOVE lease_owner",
-            {
-                ":stopped": {"S": "STOPPED"},
-                ":error": {"S": f"failed: {reason}"[:500]},
-                ":zero": {"N": "0"},
-                ":now": {"N": str(now_ms())},
-                ":one": {"N": "1"},
-            },
+            "updated_at_ms = :now"
         )
+        values: dict[str, Any] = {
+            ":stopped": {"S": "STOPPED"},
+            ":error": {"S": f"failed: {reason}"[:500]},
+            ":zero": {"N": "0"},
+            ":now": {"N": str(now_ms())},
+            ":one": {"N": "1"},
+        }
+        if last_seq is not None and last_seq > lease.start_seq:
+            update += ", last_seq = :seq"
+            values[":seq"] = {"N": str(last_seq)}
+        return await self._conditional(lease, f"{update} ADD failures :one REMOVE lease_owner", values)
 
     async def find_orphans(self, limit: int) -> list[str]:
         """STARTED connections that are free: new (expiry 0), released (0) or expired."""

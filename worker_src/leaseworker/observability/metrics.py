@@ -72,6 +72,7 @@ class MetricName(StrEnum):
     SinkErrors = "SinkErrors"
     Reconnects = "Reconnects"
     ProtocolErrors = "ProtocolErrors"
+    ReplaysDropped = "ReplaysDropped"  # overlapping replay frames (seq <= last delivered), §4.5
     CheckpointLagSeq = "CheckpointLagSeq"
 
 
@@ -94,6 +95,7 @@ METRIC_KINDS: dict[MetricName, MetricKind] = {
     MetricName.SinkErrors: "counter",
     MetricName.Reconnects: "counter",
     MetricName.ProtocolErrors: "counter",
+    MetricName.ReplaysDropped: "counter",
     MetricName.CheckpointLagSeq: "observation",
 }
 

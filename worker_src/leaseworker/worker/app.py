@@ -284,7 +284,7 @@ class Worker:
         for delay in (*RELEASE_RETRY_DELAYS, None):
             try:
                 if result.outcome is Outcome.FAILED:
-                    await self._ownership.mark_failed(lease, result.reason)
+                    await self._ownership.mark_failed(lease, result.reason, session.delivered_seq)
                     logger.error("connection marked failed", extra={"reason": result.reason})
                 else:
                     with self._tracing.span("lease.release", connection_id=lease.connection_id):

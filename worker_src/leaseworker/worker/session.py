@@ -242,6 +242,7 @@ class ConnectionSession:
                         )
                     replayed += 1
                     self.replays_dropped += 1
+                    self._deps.metrics.count(MetricName.ReplaysDropped)
                     continue
                 if isinstance(frame, ErrorFrame):
                     await self._deliver()
