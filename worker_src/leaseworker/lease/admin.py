@@ -7,11 +7,10 @@ worker drops the connection.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
-from types_aiobotocore_dynamodb import DynamoDBClient
 
 from leaseworker.lease.errors import TableMissing
 from leaseworker.lease.model import NO_CHECKPOINT, STARTED, STOPPED, ConnectionItem, check_connection_id
@@ -24,6 +23,9 @@ from leaseworker.lease.store import (
     now_ms,
     translate_client_error,
 )
+
+if TYPE_CHECKING:
+    from types_aiobotocore_dynamodb import DynamoDBClient
 
 
 class ConnectionExists(ValueError):
