@@ -26,7 +26,7 @@ EXIT_UNHEALTHY = 1
     envvar=HEALTH_FILE_ENV,
     default=DEFAULT_HEALTH_FILE,
     show_default=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help=f"The worker's health file [env {HEALTH_FILE_ENV}]",
 )
 def health(path: Path) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import sys
 from collections.abc import Callable
@@ -40,16 +41,20 @@ from leaseworker.observability.logging import get_logger
 
 __all__ = [
     "DEFAULT_NAMESPACE",
+    "DEFAULT_SERVICE",
     "MAX_SAMPLES_PER_FLUSH",
     "METRIC_KINDS",
     "METRIC_UNITS",
     "MetricName",
     "WorkerMetrics",
     "run_metrics_loop",
+    "service_from_env",
 ]
 
 log = get_logger(__name__)
 
+SERVICE_NAME_ENV = "POWERTOOLS_SERVICE_NAME"
+DEFAULT_SERVICE = "leaseworker"  # when POWERTOOLS_SERVICE_NAME is unset (the stack sets it)
 DEFAULT_NAMESPACE = "Leaseworker"  # when neither CDK context nor POWERTOOLS_METRICS_NAMESPACE says otherwise
 MAX_SAMPLES_PER_FLUSH = 99  # Powertools self-flushes (print) when one metric reaches 100 values
 
@@ -118,12 +123,20 @@ class _Reservoir:
             self.values[slot] = value
 
 
-class WorkerMetrics:
-    """Aggregates the worker's metrics and emits one EMF blob per `flush()`."""
+def service_from_env() -> str:
+    """The `service` dimension: POWERTOOLS_SERVICE_NAME, as Powertools itself reads it, else the default."""
+    return os.environ.get(SERVICE_NAME_ENV) or DEFAULT_SERVICE
 
-    def __init__(self, *, namespace: str, service: str = "leaseworker", stream: TextIO | None = None) -> None:
+
+class WorkerMetrics:
+    """Aggregates the worker's metrics and emits one EMF blob per `flush()`.
+
+    `service` (the dimension's value) defaults to POWERTOOLS_SERVICE_NAME, read once here.
+    """
+
+    def __init__(self, *, namespace: str, service: str | None = None, stream: TextIO | None = None) -> None:
         self.namespace = namespace
-        self.service = service
+        self.service = service or service_from_env()
         self._stream = stream
         self._counters: dict[MetricName, float] = {}
         self._samples: dict[MetricName, _Reservoir] = {}
