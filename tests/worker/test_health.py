@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -71,8 +72,8 @@ def test_stale_after_is_the_longer_of_three_heartbeats_and_one_lease() -> None:
         ("[]", alive, False, "not a worker's health record (TypeError"),
     ],
 )
-def test_judge(content: str, is_alive: object, ok: bool, says: str) -> None:
-    verdict, reason = judge(content, NOW, is_alive=is_alive)  # type: ignore[arg-type]
+def test_judge(content: str, is_alive: Callable[[int], bool], ok: bool, says: str) -> None:
+    verdict, reason = judge(content, NOW, is_alive=is_alive)
     assert verdict is ok
     assert says in reason
     assert "\n" not in reason
