@@ -96,6 +96,7 @@ def _pip(python: Path, *args: str, cwd: Path) -> float:
 @pytest.fixture(scope="module")
 def image_env(tmp_path_factory: pytest.TempPathFactory) -> ImageEnv:
     root = tmp_path_factory.mktemp("image-env")
+    source_tree_before = set(WORKER_SRC.iterdir())  # the dev venv's editable install has its egg-info
     (root / "home").mkdir()
     venv = root / "venv"
     started = time.monotonic()
@@ -114,8 +115,7 @@ def image_env(tmp_path_factory: pytest.TempPathFactory) -> ImageEnv:
         f"\nimage env: venv + requirements.txt {requirements_seconds:.1f} s, package --no-deps "
         f"{package_seconds:.1f} s, total {time.monotonic() - started:.1f} s"
     )
-    assert not (WORKER_SRC / "build").exists()
-    assert not list(WORKER_SRC.glob("*.egg-info"))
+    assert set(WORKER_SRC.iterdir()) == source_tree_before  # no build/ or egg-info left behind
     return ImageEnv(root=root, python=python, leaseworker=venv / "bin" / "leaseworker")
 
 
@@ -134,7 +134,7 @@ IMPORT_ALL = textwrap.dedent(
     import leaseworker
     site = sysconfig.get_paths()["purelib"]
     assert leaseworker.__file__.startswith(site), leaseworker.__file__
-    imported, failed = [], {}
+    imported, failed = ["leaseworker"], {}
     for info in pkgutil.walk_packages(leaseworker.__path__, "leaseworker.", onerror=lambda n: None):
         if info.name.rsplit(".", 1)[-1] == "__main__":
             continue  # runs the CLI on import; exercised with `python -m` instead
