@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -222,9 +223,32 @@ def delivered(sink_file: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in sink_file.read_text().splitlines() if line.strip()]
 
 
+@pytest.fixture
+def blackhole() -> Iterator[str]:
+    """An OTLP endpoint that accepts connections and never answers: the worst collector outage."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("tracing", ["off", "collector-hangs"])
 def test_the_worker_runs_from_the_image_env_and_stops_on_sigterm(
-    image_env: ImageEnv, dynamodb_endpoint: str, feed: str, tmp_path: Path
+    image_env: ImageEnv,
+    dynamodb_endpoint: str,
+    feed: str,
+    tmp_path: Path,
+    tracing: str,
+    request: pytest.FixtureRequest,
 ) -> None:
+    """One connection, the file sink, SIGTERM: exit 0 within the grace period, records delivered.
+
+    With tracing on and a collector that never answers, shutdown must still fit the grace period
+    (tracing's shutdown is bounded; ECS would SIGKILL a worker that overstays it)."""
+    otel = {}
+    if tracing == "collector-hangs":
+        endpoint = request.getfixturevalue("blackhole")
+        otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_TRACES_SAMPLER": "always_on"}
     table = f"image-{uuid.uuid4().hex[:8]}"
     target = ["--endpoint-url", dynamodb_endpoint, "--table", table]
     created = image_env.run(image_env.leaseworker, *target, "table", "create")
@@ -249,6 +273,7 @@ def test_the_worker_runs_from_the_image_env_and_stops_on_sigterm(
         MAX_CLOCK_SKEW_MS="200",
         SHUTDOWN_GRACE_SECONDS=str(SHUTDOWN_GRACE_SECONDS),
         LEASEWORKER_HEALTH_FILE=str(tmp_path / "health.json"),
+        **otel,
     )
     started = time.monotonic()
     with log.open("wb") as out:
@@ -280,8 +305,9 @@ def test_the_worker_runs_from_the_image_env_and_stops_on_sigterm(
     assert {r["worker_id"] for r in records} == {"image-w1"}
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # one epoch, nothing lost in the file
     print(
-        f"\nimage env worker: first record after {first_record:.1f} s, ran {stopping - started:.1f} s, "
-        f"{len(records)} records delivered, SIGTERM to exit 0 in {stopped - stopping:.1f} s"
+        f"\nimage env worker (tracing {tracing}): first record after {first_record:.1f} s, "
+        f"ran {stopping - started:.1f} s, {len(records)} records delivered, "
+        f"SIGTERM to exit 0 in {stopped - stopping:.1f} s"
     )
 
 
