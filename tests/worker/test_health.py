@@ -104,6 +104,9 @@ def test_beat_writes_atomically_into_a_new_directory(tmp_path: Path) -> None:
     assert (stopped["state"], stopped["worker_id"], stopped["monotonic"]) == ("stopping", "w7", 503.0)
     assert os.listdir(path.parent) == ["health.json"]  # no temporary file left behind
 
+    health.beat(worker_id="w7", heartbeat_seconds=1.0, lease_seconds=3.0)  # renewals go on
+    assert json.loads(path.read_text())["state"] == "stopping"
+
 
 def test_a_failing_write_never_raises_and_logs_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -71,6 +71,7 @@ class HealthFile:
         self.path = Path(path)
         self._clock = clock
         self._failing = False
+        self._stopping = False
         self._last: dict[str, Any] | None = None
 
     @classmethod
@@ -78,7 +79,10 @@ class HealthFile:
         return cls(health_file_path(environ))
 
     def beat(self, *, worker_id: str, heartbeat_seconds: float, lease_seconds: float) -> None:
-        """Record a successful heartbeat now."""
+        """Record a successful heartbeat now. After `stopping()` it does nothing (renewals go on
+        during shutdown, but the worker must not look healthy again)."""
+        if self._stopping:
+            return
         self._write(
             {
                 "state": STATE_RUNNING,
@@ -93,6 +97,7 @@ class HealthFile:
 
     def stopping(self) -> None:
         """Record that shutdown has begun: from now on the worker reports unhealthy."""
+        self._stopping = True
         content = dict(self._last or {"pid": os.getpid()})
         content.update(state=STATE_STOPPING, monotonic=self._clock(), wall_ms=int(time.time() * 1000))
         self._write(content)
