@@ -12,8 +12,9 @@ for days, so this module aggregates between flushes and emits one EMF blob per M
 - gauges (`set_gauge`: ActiveConnections) are last-value-wins and re-emitted on every flush even
   when unchanged, because autoscaling tracks their average and a missing datapoint is not a zero.
 
-The blob carries exactly one dimension, the lowercase `service` that Powertools adds; the CDK
-alarms, dashboard and scaling policy must use that dimension.
+The blob carries exactly one dimension, the lowercase `service` that Powertools adds, valued
+from POWERTOOLS_SERVICE_NAME (default "leaseworker"); the CDK alarms, dashboard and scaling policy
+must use that dimension with the same value the stack sets in that variable.
 
 Output goes to the given stream (default: the current `sys.stdout`, which the awslogs driver
 ships to CloudWatch Logs, where EMF becomes metrics). Rather than `flush_metrics()`, which only
