@@ -7,7 +7,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export CDK_DISABLE_VERSION_CHECK := 1
 
-.PHONY: help deps java-check lint typecheck test test-fast demo synth deploy bench clean
+.PHONY: help deps java-check lint typecheck test test-fast demo synth deploy bench image clean
 
 help:
 	@echo "make demo    - the local fleet: DynamoDB Local, a feed, workers, a live view"
@@ -15,6 +15,7 @@ help:
 	@echo "make synth   - cdk synth, offline"
 	@echo "make deploy  - checks, service-linked roles, cdk bootstrap + deploy to your credentials' account (DEPLOY_ARGS=\"-c stage=prod\")"
 	@echo "make bench   - lease-protocol benchmarks (not part of make test)"
+	@echo "make image   - docker build worker_src and run --help in it (skipped without a Docker engine)"
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt worker_src/requirements.txt worker_src/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -65,6 +66,19 @@ deploy: deps
 bench: deps
 	$(BIN)/python bench/lease_bench.py
 
+# The worker image as CDK builds it, then started once: read-only root, /tmp writable (as on ECS).
+DOCKER := $(or $(CDK_DOCKER),docker)
+IMAGE_TAG ?= leaseworker:local
+image:
+	@if ! command -v $(DOCKER) >/dev/null 2>&1; then \
+	  echo "skipped: no Docker engine ($(DOCKER) is not on PATH; set CDK_DOCKER to use another CLI)"; exit 0; fi; \
+	if ! reason=$$($(DOCKER) info 2>&1 >/dev/null); then \
+	  echo "skipped: no Docker engine ($(DOCKER) info: $$(echo "$$reason" | tail -n 1))"; exit 0; fi; \
+	set -e; \
+	$(DOCKER) build --quiet --tag $(IMAGE_TAG) worker_src; \
+	$(DOCKER) run --rm --read-only --tmpfs /tmp $(IMAGE_TAG) --help; \
+	if $(DOCKER) run --rm --read-only --tmpfs /tmp $(IMAGE_TAG) health; then \
+	  echo "error: leaseworker health passed with no worker running" >&2; exit 1; fi
 
 clean:
 	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING
 
 import aioboto3
 from aiobotocore.config import AioConfig
-from types_aiobotocore_dynamodb import DynamoDBClient
-from types_aiobotocore_sqs import SQSClient
 
 from leaseworker.settings import Settings
+
+if TYPE_CHECKING:
+    from types_aiobotocore_dynamodb import DynamoDBClient
+    from types_aiobotocore_sqs import SQSClient
 
 # Lease calls carry their own asyncio deadline; the SDK may retry once inside it, no more.
 # Standard mode with 10 attempts held one call for 48 s in a throttling storm.

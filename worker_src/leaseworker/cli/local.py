@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import click
@@ -80,6 +81,7 @@ def up(  # noqa: PLR0917  (click passes options as keywords)
     Timings are scaled down (lease 3 s, heartbeat 1 s, reconcile 1 s) so that
     failover is visible within seconds; docs/tuning.md derives the real ones.
     """
+    require_local_extra()
     from leaseworker.local.demo import run_live, run_scenario
 
     if as_json and scenario is None:
@@ -107,3 +109,15 @@ def up(  # noqa: PLR0917  (click passes options as keywords)
         )
     except ServiceError as error:
         raise CliError(str(error)) from None
+
+
+LOCAL_EXTRA_HINT = "pip install 'leaseworker[local]'"
+
+
+def require_local_extra() -> None:
+    """The local fleet runs moto's server for SQS: moto[server] is the package extra `leaseworker[local]`.
+
+    Checked before anything starts; flask is what moto's `server` extra adds.
+    """
+    if any(importlib.util.find_spec(module) is None for module in ("moto", "flask")):
+        raise CliError(f"`leaseworker local up` needs moto, which is not installed: {LOCAL_EXTRA_HINT}")

@@ -34,11 +34,10 @@ the epoch). A stale checkpoint entry of the old incarnation can never match a ne
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
-from types_aiobotocore_dynamodb import DynamoDBClient
 
 from leaseworker.lease.errors import TableMissing
 from leaseworker.lease.model import (
@@ -66,6 +65,9 @@ from leaseworker.lease.store import (
     now_ms,
     translate_client_error,
 )
+
+if TYPE_CHECKING:
+    from types_aiobotocore_dynamodb import DynamoDBClient
 
 GSI_BY_OWNER = "by-owner"
 TTL_ATTRIBUTE = "purge_at"  # the workers' own items expire through it (DESIGN.md §2.0)

@@ -14,10 +14,9 @@ import asyncio
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from botocore.exceptions import BotoCoreError, ClientError
-from types_aiobotocore_dynamodb import DynamoDBClient
 
 from leaseworker.lease.errors import (
     AcquireUncertain,
@@ -35,6 +34,9 @@ from leaseworker.lease.model import (
     local_deadline,
 )
 from leaseworker.settings import Settings
+
+if TYPE_CHECKING:
+    from types_aiobotocore_dynamodb import DynamoDBClient
 
 GSI_BY_STATE_EXPIRY = "by-state-expiry"
 

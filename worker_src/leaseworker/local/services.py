@@ -20,13 +20,15 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import aioboto3
 from aiobotocore.session import ClientCreatorContext
-from types_aiobotocore_dynamodb import DynamoDBClient
 
 from leaseworker.aws import CLI_CLIENT_CONFIG
+
+if TYPE_CHECKING:
+    from types_aiobotocore_dynamodb import DynamoDBClient
 
 LOCAL_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "local",

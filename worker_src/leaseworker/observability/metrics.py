@@ -12,8 +12,9 @@ for days, so this module aggregates between flushes and emits one EMF blob per M
 - gauges (`set_gauge`: ActiveConnections) are last-value-wins and re-emitted on every flush even
   when unchanged, because autoscaling tracks their average and a missing datapoint is not a zero.
 
-The blob carries exactly one dimension, the lowercase `service` that Powertools adds; the CDK
-alarms, dashboard and scaling policy must use that dimension.
+The blob carries exactly one dimension, the lowercase `service` that Powertools adds, valued
+from POWERTOOLS_SERVICE_NAME (default "leaseworker"); the CDK alarms, dashboard and scaling policy
+must use that dimension with the same value the stack sets in that variable.
 
 Output goes to the given stream (default: the current `sys.stdout`, which the awslogs driver
 ships to CloudWatch Logs, where EMF becomes metrics). Rather than `flush_metrics()`, which only
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import sys
 from collections.abc import Callable
@@ -40,16 +42,20 @@ from leaseworker.observability.logging import get_logger
 
 __all__ = [
     "DEFAULT_NAMESPACE",
+    "DEFAULT_SERVICE",
     "MAX_SAMPLES_PER_FLUSH",
     "METRIC_KINDS",
     "METRIC_UNITS",
     "MetricName",
     "WorkerMetrics",
     "run_metrics_loop",
+    "service_from_env",
 ]
 
 log = get_logger(__name__)
 
+SERVICE_NAME_ENV = "POWERTOOLS_SERVICE_NAME"
+DEFAULT_SERVICE = "leaseworker"  # when POWERTOOLS_SERVICE_NAME is unset (the stack sets it)
 DEFAULT_NAMESPACE = "Leaseworker"  # when neither CDK context nor POWERTOOLS_METRICS_NAMESPACE says otherwise
 MAX_SAMPLES_PER_FLUSH = 99  # Powertools self-flushes (print) when one metric reaches 100 values
 
@@ -124,12 +130,20 @@ class _Reservoir:
             self.values[slot] = value
 
 
-class WorkerMetrics:
-    """Aggregates the worker's metrics and emits one EMF blob per `flush()`."""
+def service_from_env() -> str:
+    """The `service` dimension: POWERTOOLS_SERVICE_NAME, as Powertools itself reads it, else the default."""
+    return os.environ.get(SERVICE_NAME_ENV) or DEFAULT_SERVICE
 
-    def __init__(self, *, namespace: str, service: str = "leaseworker", stream: TextIO | None = None) -> None:
+
+class WorkerMetrics:
+    """Aggregates the worker's metrics and emits one EMF blob per `flush()`.
+
+    `service` (the dimension's value) defaults to POWERTOOLS_SERVICE_NAME, read once here.
+    """
+
+    def __init__(self, *, namespace: str, service: str | None = None, stream: TextIO | None = None) -> None:
         self.namespace = namespace
-        self.service = service
+        self.service = service or service_from_env()
         self._stream = stream
         self._counters: dict[MetricName, float] = {}
         self._samples: dict[MetricName, _Reservoir] = {}

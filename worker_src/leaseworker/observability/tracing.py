@@ -13,12 +13,20 @@ Export runs on the BatchSpanProcessor's background thread with a short request t
 collector costs the event loop nothing. `shutdown()` blocks (force flush + provider shutdown) for
 at most its timeout; from async code call it as `await asyncio.to_thread(tracing.shutdown)`.
 
+Sampling is the SDK's own reading of the standard OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG
+(the stack sets a parent-based ratio): the provider is built without a `sampler`, so nothing here
+can override them. Unset, the SDK's default is parentbased_always_on.
+
+The service name is OTEL_SERVICE_NAME when set (the SDK reads it), else POWERTOOLS_SERVICE_NAME,
+else "leaseworker": the same name as the logs and the metrics' `service` dimension.
+
 An exception leaving a span is recorded on it as an event and sets its status to ERROR.
 Cancellation (a BaseException) is not an error and is not recorded.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -136,13 +144,14 @@ def traces_url(endpoint: str) -> str:
 def configure_tracing(
     endpoint: str | None,
     *,
-    service_name: str = "leaseworker",
+    service_name: str | None = None,
     exporter: SpanExporter | None = None,
     export_timeout: float = EXPORT_TIMEOUT_SECONDS,
 ) -> Tracing:
     """Tracing for the worker: off (no-op spans) when neither `endpoint` nor `exporter` is given.
 
-    `exporter` replaces the OTLP exporter (tests pass an InMemorySpanExporter).
+    `exporter` replaces the OTLP exporter (tests pass an InMemorySpanExporter). `service_name`
+    defaults to the environment's (see the module docstring).
     """
     if exporter is None:
         if not endpoint:
@@ -150,6 +159,8 @@ def configure_tracing(
         exporter = OTLPSpanExporter(endpoint=traces_url(endpoint), timeout=export_timeout)
     # No atexit hook: shutdown is explicit and bounded (DESIGN.md §3, step 7). The SDK's hook
     # would block interpreter exit for up to 30 s more when the collector is unreachable.
+    service_name = service_name or _service_name_from_env()
+    # No `sampler=`: the SDK then reads OTEL_TRACES_SAMPLER(_ARG) itself (DESIGN.md §7).
     provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service_name}), shutdown_on_exit=False)
     provider.add_span_processor(
         BatchSpanProcessor(
@@ -160,3 +171,7 @@ def configure_tracing(
     )
     log.info("tracing on", otlp_endpoint=endpoint or "(custom exporter)", service_name=service_name)
     return Tracing(provider)
+
+
+def _service_name_from_env() -> str:
+    return os.environ.get("OTEL_SERVICE_NAME") or os.environ.get("POWERTOOLS_SERVICE_NAME") or "leaseworker"

@@ -30,14 +30,16 @@ import asyncio
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
-from types_aiobotocore_kinesis import KinesisClient
-from types_aiobotocore_kinesis.type_defs import PutRecordsOutputTypeDef, PutRecordsRequestEntryTypeDef
 
 from leaseworker.records import SinkRecord
 from leaseworker.sinks.base import SinkError, Validity, always_valid
+
+if TYPE_CHECKING:
+    from types_aiobotocore_kinesis import KinesisClient
+    from types_aiobotocore_kinesis.type_defs import PutRecordsOutputTypeDef, PutRecordsRequestEntryTypeDef
 
 MAX_RECORDS_PER_CALL: Final = 500
 MAX_BYTES_PER_CALL: Final = 5 * 1024 * 1024
