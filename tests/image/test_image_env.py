@@ -342,10 +342,6 @@ def test_the_worker_runs_from_the_image_env_and_stops_on_sigterm(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="until worker/app.py calls HealthFile.beat() after each heartbeat and .stopping() at shutdown",
-)
 def test_leaseworker_health_passes_for_the_running_worker_only(
     image_env: ImageEnv, dynamodb_endpoint: str, feed: str, tmp_path: Path
 ) -> None:

@@ -254,6 +254,7 @@ class Fleet:
         name = name or f"w{self._counter}"
         env = self.env()
         env["WORKER_ID"] = name
+        env["LEASEWORKER_HEALTH_FILE"] = str(self.root / "health" / f"{name}.json")
         env.update(extra_env or {})
         argv = [sys.executable, "-m", "leaseworker", "run"]
         process = spawn(f"worker {name}", argv, port=0, log_path=self.logs / f"{name}.log", env=env)

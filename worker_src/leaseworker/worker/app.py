@@ -31,6 +31,7 @@ from leaseworker.lease.store import Acquired, LeaseStore, now_ms
 from leaseworker.notify import Notifier
 from leaseworker.observability.logging import get_logger, log_context
 from leaseworker.observability.metrics import MetricName, run_metrics_loop
+from leaseworker.observability.tracing import SHUTDOWN_TIMEOUT_SECONDS as TRACING_SHUTDOWN_SECONDS
 from leaseworker.worker.acquirer import Acquirer
 from leaseworker.worker.checkpointer import Checkpointer
 from leaseworker.worker.fenced import WorkerFenced
@@ -69,6 +70,7 @@ class Worker:
         notifier: Notifier,
         notifications: HintSource | None = None,
         on_heartbeat: Callable[[], None] | None = None,
+        on_stopping: Callable[[], None] | None = None,
         task_arn: str | None = None,
     ) -> None:
         ownership = coordination.ownership
@@ -80,6 +82,7 @@ class Worker:
         self._tracing = deps.tracing
         self._notifier = notifier
         self._notifications = notifications
+        self._on_stopping = on_stopping
         self._registry = Registry()
         self._stop_acquiring = asyncio.Event()  # shutdown step 1
         self._loops_done = asyncio.Event()  # renewals/heartbeats/checkpoints/metrics may end
@@ -188,9 +191,13 @@ class Worker:
     async def _shutdown(self) -> None:
         """Stop acquiring; close sockets (1001); flush; checkpoint + release; notify; flush metrics."""
         started = time.monotonic()
-        budget = max(1.0, self._settings.shutdown_grace_seconds - SHUTDOWN_MARGIN_SECONDS)
+        # After this budget: client teardown and, with tracing on, its bounded flush.
+        margin = SHUTDOWN_MARGIN_SECONDS + (TRACING_SHUTDOWN_SECONDS if self._tracing.enabled else 0.0)
+        budget = max(1.0, self._settings.shutdown_grace_seconds - margin)
         registry = self._registry
         logger.info("shutting down", extra={"connections": len(registry), "budget_s": budget})
+        if self._on_stopping is not None:
+            self._on_stopping()  # the container's health check says "not healthy" from now on
         self._stop_acquiring.set()
         try:
             async with asyncio.timeout(budget):

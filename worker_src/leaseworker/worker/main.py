@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, TextIO
 import aioboto3
 
 from leaseworker.aws import dynamodb_client, sqs_client
+from leaseworker.health import HealthFile
 from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.liveness import SessionValidity
@@ -79,12 +80,19 @@ async def build_worker(
     deps = SessionDeps(
         settings=settings, sink=sink, protocol=SeqfeedProtocol(), metrics=metrics, tracing=tracing
     )
+    health = HealthFile.from_env()  # what `leaseworker health` (the container's check) reads
     worker = Worker(
         coordination=coordination(ddb, settings),
         deps=deps,
         notifier=notifier,
         notifications=source,
         task_arn=await ecs_task_arn(),
+        on_heartbeat=lambda: health.beat(
+            worker_id=settings.worker_id,
+            heartbeat_seconds=settings.heartbeat_seconds,
+            lease_seconds=settings.lease_seconds,
+        ),
+        on_stopping=health.stopping,
     )
     return worker, metrics
 
