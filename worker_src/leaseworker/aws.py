@@ -9,15 +9,19 @@ from aiobotocore.config import AioConfig
 from types_aiobotocore_dynamodb import DynamoDBClient
 from types_aiobotocore_sqs import SQSClient
 
+from leaseworker.no_linger import NoLingerAIOHTTPSession
 from leaseworker.settings import Settings
 
 # Lease calls carry their own asyncio deadline; the SDK may retry once inside it, no more.
 # Standard mode with 10 attempts held one call for 48 s in a throttling storm.
+# Sockets close with RST and abandoned calls are aborted (leaseworker.no_linger): a write the
+# worker gave up on, or one queued when the process died, cannot land after a fence (§2d, §2e).
 LEASE_CLIENT_CONFIG = AioConfig(
     connect_timeout=2,
     read_timeout=4,
     retries={"max_attempts": 2, "mode": "standard"},
     max_pool_connections=64,
+    http_session_cls=NoLingerAIOHTTPSession,
 )
 # SQS long polls wait up to 20 s for a message: the read timeout must outlast them.
 NOTIFY_CLIENT_CONFIG = AioConfig(
