@@ -53,6 +53,7 @@ class TcpProxy:
         self.counts: Counter[str] = Counter()
         self.receive_buffer_bytes = receive_buffer_bytes
         self.stalled_accepted = asyncio.Event()  # set once the stalled connection has arrived
+        self.stalled_finished = asyncio.Event()  # set once it has ended, after its release
         self._stall_next = False
         self._release = asyncio.Event()
         self._server: asyncio.Server | None = None
@@ -75,6 +76,7 @@ class TcpProxy:
         self._stall_next = True
         self._release.clear()
         self.stalled_accepted.clear()
+        self.stalled_finished.clear()
 
     def release_stalled(self) -> None:
         """Let the stalled connection's bytes flow again (those its sender still sends)."""
@@ -124,6 +126,8 @@ class TcpProxy:
             for writer in (client_writer, upstream_writer):
                 self._writers.discard(writer)
                 writer.transport.abort()
+            if stalled:
+                self.stalled_finished.set()
 
     async def _pipe(
         self,
