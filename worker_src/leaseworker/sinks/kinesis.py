@@ -59,6 +59,7 @@ MAX_BYTES_PER_CALL: Final = 5 * 1024 * 1024
 MAX_BYTES_PER_RECORD: Final = 1024 * 1024  # data + partition key
 BACKOFF_BASE_SECONDS: Final = 0.05
 BACKOFF_CAP_SECONDS: Final = 2.0
+BACKOFF_MAX_DOUBLINGS: Final = 16  # 0.05 s * 2**16 is far past the cap already
 
 # Error codes that no retry can fix: fail the batch at once so the caller sees the cause.
 FATAL_ERROR_CODES: Final = frozenset(
@@ -205,7 +206,8 @@ class KinesisSink:
     async def _backoff(self, attempt: int) -> None:
         # Full jitter (AWS Architecture Blog, "Exponential Backoff and Jitter"); the deadline
         # around write() cuts the last sleep short.
-        ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2**attempt)
+        # The exponent is capped too: without jitter sleeps, attempts could count past a float.
+        ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** min(attempt, BACKOFF_MAX_DOUBLINGS))
         await asyncio.sleep(self._uniform(0.0, ceiling))
 
     async def close(self) -> None:
