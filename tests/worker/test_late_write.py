@@ -325,3 +325,28 @@ def test_the_kinesis_client_has_no_sdk_retry_and_a_sized_pool() -> None:
     assert config["max_pool_connections"] == KINESIS_MAX_POOL_CONNECTIONS
     assert config["http_session_cls"] is NoLingerAIOHTTPSession
     assert vars(LEASE_CLIENT_CONFIG)["http_session_cls"] is NoLingerAIOHTTPSession
+
+
+async def test_a_write_its_caller_cancels_leaves_no_socket_behind() -> None:
+    # The session cancels a write at the lease's deadline (worker/session.py), not the sink.
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, PROXY_RECEIVE_BUFFER)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    loop = asyncio.get_running_loop()
+    config = AioConfig(read_timeout=30, retries={"max_attempts": 1}, http_session_cls=NoLingerAIOHTTPSession)
+    try:
+        async with aioboto3.Session().client(
+            "kinesis", endpoint_url=f"http://127.0.0.1:{port}", region_name=REGION, config=config
+        ) as client:
+            sink = KinesisSink(client, "stalled", deadline_seconds=60)
+            accepted = asyncio.ensure_future(loop.sock_accept(listener))
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(STALLED_DEADLINE_SECONDS):
+                    await sink.write(batch(1, "worker-a", *LARGE_RECORDS))
+            connection, _ = await accepted
+            with connection:
+                assert sockets_connected_to(port) == []  # closed before write() gave control back
+                assert (await asyncio.to_thread(drain, connection)).end == "reset"
+    finally:
+        listener.close()
