@@ -99,13 +99,11 @@ async def abandoned_sockets_closed() -> None:
     a handoff that follows it cannot be overtaken by the abandoned request.
     """
     loop = asyncio.get_running_loop()
+    # A future is resolved in connection_lost, inside the callback that then closes the socket;
+    # a waiter resumes in a later callback, so once wait() returns every such socket is closed.
     pending = [future for future in _closing if future.get_loop() is loop and not future.done()]
     if pending:
         await asyncio.wait(pending)
-    if pending or _closing:
-        # connection_lost resolves the future just before asyncio closes the socket, in the same
-        # callback; one more turn of the loop lets that callback finish.
-        await asyncio.sleep(0)
 
 
 class NoLingerAIOHTTPSession(AIOHTTPSession):
