@@ -16,9 +16,10 @@ must not land later, after the lease has moved. Two places can still hold its by
    closes the socket at once. So every close of these connections is an abort
    (`AbortOnCloseHandler`).
 
-Both are needed: with only (1), a request larger than the kernel's buffers still drains from
-asyncio's buffer and completes; with only (2), a request that fits in the kernel's buffers
-is still retransmitted by the kernel after close (tests/worker/test_late_write.py shows both).
+Both are needed (tests/worker/test_late_write.py shows each): with only (2), a request that fits
+in the kernel's buffers is still sent in full after close(), and lands; with only (1), the
+abandoned request is still alive when the sink gives up, its socket open, and asyncio sends its
+buffer whenever the path lets it, so whether it completes depends on the path, not on us.
 RST instead of FIN costs nothing here: an HTTP/1.1 client closes only idle connections or
 abandoned ones, and the server has nothing to finish on either. TLS close_notify is skipped for
 the same reason.
