@@ -17,7 +17,7 @@ duplicates under throttling, which at-least-once allows. The result: for every c
 stream read in shard order contains its records as runs of ascending seq, where each run resumes
 at or before the point where the previous one broke. A consumer that keeps the next expected seq
 per connection and drops everything else reads a complete, in-order sequence: the same filter
-that already removes the replay duplicates of a failover (DESIGN.md §2c S2).
+that already removes the replay duplicates of a failover (leaseworker.consumer, DESIGN.md §5).
 
 Errors: throttling, 5xx and network errors are retried (whole call) with capped, full-jitter
 exponential backoff until the deadline. Requests that can never succeed (validation, access
