@@ -20,10 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import struct
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import aioboto3
@@ -42,6 +45,7 @@ from leaseworker.sinks.factory import KINESIS_MAX_POOL_CONNECTIONS, kinesis_clie
 from leaseworker.sinks.kinesis import KinesisSink
 
 REGION = "us-east-1"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CONNECTION = "late-conn"
 # Fits in the kernel's buffers (about 3 MB on loopback with a stalled receiver, measured), so
 # nothing stays in asyncio's buffer: only SO_LINGER decides whether it is sent after close().
@@ -350,3 +354,63 @@ async def test_a_write_its_caller_cancels_leaves_no_socket_behind() -> None:
                 assert (await asyncio.to_thread(drain, connection)).end == "reset"
     finally:
         listener.close()
+
+
+# -- the writer's process dies with its request stalled (issue 10, point 2) -------------------------
+
+SESSIONS: dict[str, type[NoLingerAIOHTTPSession]] = {
+    "protected": NoLingerAIOHTTPSession,
+    "lingering": LingeringSession,
+}
+
+
+async def child_writer(endpoint_url: str, stream: str, session_name: str) -> None:
+    """The dying worker: writes one batch under epoch 1 through the stalled path, forever."""
+    config = AioConfig(read_timeout=300, retries={"max_attempts": 1}, http_session_cls=SESSIONS[session_name])
+    async with aioboto3.Session().client(
+        "kinesis", endpoint_url=endpoint_url, region_name=REGION, config=config
+    ) as client:
+        await KinesisSink(client, stream, deadline_seconds=300).write(batch(1, "dead-worker", *SMALL_RECORDS))
+
+
+@pytest.mark.parametrize(("session_name", "lands"), [("protected", False), ("lingering", True)])
+async def test_nothing_a_killed_writer_had_queued_lands_after_its_death(
+    moto_endpoint: str, direct_kinesis: KinesisClient, session_name: str, lands: bool
+) -> None:
+    stream = await new_stream(direct_kinesis, f"death-{session_name}")
+    target = urlsplit(moto_endpoint)
+    assert target.hostname is not None and target.port is not None
+    proxy = TcpProxy(target.hostname, target.port, receive_buffer_bytes=PROXY_RECEIVE_BUFFER)
+    await proxy.start()
+    proxy.stall_next_connection()
+    code = (
+        "import asyncio, sys; from tests.worker.test_late_write import child_writer; "
+        "asyncio.run(child_writer(*sys.argv[1:]))"
+    )
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, proxy.url, stream, session_name, cwd=REPO_ROOT
+    )
+    try:
+        await asyncio.wait_for(proxy.stalled_accepted.wait(), timeout=30)
+        await asyncio.sleep(0.5)  # the child hands its request to the kernel within milliseconds
+        child.kill()  # SIGKILL: no Python code of the child runs any more
+        assert await child.wait() == -signal.SIGKILL
+        # The takeover (the supervisor's fence and a peer's claim): epoch 2 delivers.
+        await KinesisSink(direct_kinesis, stream).write(batch(2, "new-owner", *SMALL_RECORDS))
+        proxy.release_stalled()
+        await asyncio.wait_for(proxy.stalled_finished.wait(), timeout=30)
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+        await proxy.stop()
+    arrivals = await read_arrivals(moto_endpoint, stream)
+    report = Report()
+    check_s1_arrival(arrivals, report)
+    count = SMALL_RECORDS[0]
+    if lands:  # without SO_LINGER 0 the dead process's kernel queue is still delivered
+        assert [d.epoch for d in arrivals] == [2] * count + [1] * count
+        assert not report.ok
+    else:
+        assert [d.epoch for d in arrivals] == [2] * count
+        assert report.ok, report.violations
