@@ -11,8 +11,12 @@ write. What each half prevents is shown at the socket, against a server that sto
 - without SO_LINGER 0, the kernel still sends what it had queued after the socket is closed;
 - without the abort, asyncio still sends what it had buffered, and only then closes.
 (Through the proxy, SO_LINGER 0 alone also stops the large write: its small receive window
-keeps the tail of the request in the sender's kernel until the close, which discards it. On a
-path that recovers with a wide window the tail leaves first, as the socket test shows.)
+keeps the tail of the request in the sender's kernel until the close, which discards it. But
+the request is still alive when the sink has given up, as the socket test shows.)
+
+Last, the writer's process is SIGKILLed with its request stalled (issue 10): with SO_LINGER 0
+the kernel resets the connection at the death; without it, it delivers the dead writer's
+request after the new owner's.
 """
 
 from __future__ import annotations
