@@ -155,6 +155,36 @@ async def test_file_sink_fsync_option_and_closed_sink(tmp_path: Path) -> None:
     assert len(read_lines(tmp_path / "w1.jsonl")) == 1
 
 
+async def test_file_sink_asks_validity_right_before_the_write_syscall(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = FileSink(tmp_path, "w1")
+    await sink.write([record(0)])
+    events: list[str] = []
+    real_write = os.write
+
+    def recording_write(fd: int, data: Any) -> int:
+        events.append("write")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", recording_write)
+    lease = iter([True, False])
+
+    def valid() -> bool:
+        events.append("valid")
+        return next(lease)
+
+    await sink.write([record(1)], valid=valid)
+    assert events == ["valid", "write"]
+    events.clear()
+    with pytest.raises(SinkError, match="lease no longer valid") as raised:
+        await sink.write([record(2)], valid=valid)
+    assert raised.value.accepted == 0
+    assert events == ["valid"]  # the lease lapsed: no syscall at all
+    await sink.close()
+    assert [line["seq"] for line in read_lines(tmp_path / "w1.jsonl")] == [0, 1]
+
+
 @pytest.mark.parametrize("worker_id", ["", "a/b", "../x", "w 1"])
 def test_file_sink_rejects_worker_ids_that_are_not_file_names(tmp_path: Path, worker_id: str) -> None:
     with pytest.raises(ValueError, match="worker_id"):
@@ -387,6 +417,82 @@ async def test_deadline_covers_a_hung_call() -> None:
     sink = KinesisSink(cast(KinesisClient, Hung(lambda i, r: [])), "fake", deadline_seconds=0.2)
     with pytest.raises(SinkError, match=r"within 0\.2s"):
         await sink.write([record(0)])
+
+
+class Lease:
+    """A validity callback that says True `times` times, then False; it records each call."""
+
+    def __init__(self, times: int, fake: FakeKinesis) -> None:
+        self.remaining = times
+        self.fake = fake
+        self.asked_before_call: list[int] = []  # how many calls had been made at each ask
+
+    def __call__(self) -> bool:
+        self.asked_before_call.append(len(self.fake.calls))
+        self.remaining -= 1
+        return self.remaining >= 0
+
+
+async def test_validity_is_asked_before_every_call_including_retries() -> None:
+    fake = FakeKinesis(lambda i, records: throttle())
+    lease = Lease(3, fake)
+    with pytest.raises(SinkError, match="lease no longer valid") as raised:
+        await fake_sink(fake).write([record(0), record(1)], valid=lease)
+    assert len(fake.calls) == 3  # the fourth attempt was never sent
+    assert lease.asked_before_call == [0, 1, 2, 3]
+    assert raised.value.accepted == 0
+
+
+async def test_a_lapsed_lease_sends_nothing() -> None:
+    fake = FakeKinesis(lambda i, records: [None] * len(records))
+    with pytest.raises(SinkError, match="2 of 2 records not sent"):
+        await fake_sink(fake).write([record(0), record(1)], valid=lambda: False)
+    assert fake.calls == []
+
+
+async def test_a_lease_lost_between_chunks_reports_the_accepted_prefix() -> None:
+    fake = FakeKinesis(lambda i, records: [None] * len(records))
+    lease = Lease(1, fake)
+    with pytest.raises(SinkError, match="200 of 700 records not sent") as raised:
+        await fake_sink(fake).write([record(seq) for seq in range(700)], valid=lease)
+    assert raised.value.accepted == 500
+    assert [d["seq"] for _, d in fake.stream] == list(range(500))
+
+
+async def test_the_deadline_reports_the_contiguous_prefix_accepted() -> None:
+    # Call 0 accepts everything but a3 and b0; every later call is throttled.
+    def partial_then_throttled(index: int, records: list[dict[str, Any]]) -> list[str | None] | Exception:
+        if index:
+            return throttle()
+        failing = {("a", 3), ("b", 0)}
+        keys = [(r["PartitionKey"], json.loads(r["Data"])["seq"]) for r in records]
+        return ["InternalFailure" if key in failing else None for key in keys]
+
+    only_a = [record(seq, "a") for seq in range(6)]
+    with pytest.raises(SinkError, match=r"within 0\.3s") as raised:
+        await fake_sink(FakeKinesis(partial_then_throttled), deadline_seconds=0.3).write(only_a)
+    assert raised.value.accepted == 3  # a0..a2; a4, a5 landed too but after the hole
+    mixed = [record(0, "a"), record(0, "b"), record(1, "a"), record(1, "b")]
+    with pytest.raises(SinkError) as raised:
+        await fake_sink(FakeKinesis(partial_then_throttled), deadline_seconds=0.3).write(mixed)
+    assert raised.value.accepted == 1  # a0 only: b0 is pending
+
+
+async def test_a_cancelled_write_is_cancelled() -> None:
+    class Hung(FakeKinesis):
+        async def put_records(self, *, Records: list[dict[str, Any]], StreamName: str) -> dict[str, Any]:
+            self.calls.append(Records)
+            sent.set()
+            await asyncio.sleep(60)
+            raise AssertionError("unreachable")
+
+    sent = asyncio.Event()
+    fake = Hung(lambda i, r: [])
+    task = asyncio.ensure_future(fake_sink(fake).write([record(0)]))
+    await sent.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
 @pytest.mark.parametrize(

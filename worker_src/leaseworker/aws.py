@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import aioboto3
 from aiobotocore.config import AioConfig
 
+from leaseworker.no_linger import NoLingerAIOHTTPSession
 from leaseworker.settings import Settings
 
 if TYPE_CHECKING:
@@ -16,11 +17,14 @@ if TYPE_CHECKING:
 
 # Lease calls carry their own asyncio deadline; the SDK may retry once inside it, no more.
 # Standard mode with 10 attempts held one call for 48 s in a throttling storm.
+# Sockets close with RST and abandoned calls are aborted (leaseworker.no_linger): a write the
+# worker gave up on, or one queued when the process died, cannot land after a fence (§2d, §2e).
 LEASE_CLIENT_CONFIG = AioConfig(
     connect_timeout=2,
     read_timeout=4,
     retries={"max_attempts": 2, "mode": "standard"},
     max_pool_connections=64,
+    http_session_cls=NoLingerAIOHTTPSession,
 )
 # SQS long polls wait up to 20 s for a message: the read timeout must outlast them.
 NOTIFY_CLIENT_CONFIG = AioConfig(

@@ -1,14 +1,23 @@
-"""DESIGN.md §2c checked from the outside: from the sink files and the feed's session log.
+"""DESIGN.md §2c checked from the outside: from what reached the sink and the feed's session log.
 
 Nothing here asks a worker anything. S1/S2/S3 are judged on what reached the sink and what the
 table says; L1/L2 on when the upstream saw subscriptions.
+
+S1 is judged in arrival order at one arbiter (`check_s1_arrival`): the order in which the sink
+itself received the records, e.g. a Kinesis shard's order (leaseworker.local.stream). A late
+write carries an early `received_at_ms`, and hosts' clocks differ, so ordering by receipt time
+(`check_s1`, kept for the file sink) cannot see a deposed owner's write that lands after the new
+owner's. The file sink has no arbiter across workers: `read_sink_arrivals` keeps each file's own
+order and merges the files by receipt time, the best order the files hold.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import json
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,21 +36,29 @@ def read_sink(directory: Path) -> dict[str, list[Delivered]]:
     """Every record in every `<worker>.jsonl`, grouped by connection. A torn line is an error."""
     by_connection: dict[str, list[Delivered]] = defaultdict(list)
     for path in sorted(directory.glob("*.jsonl")):
-        for number, line in enumerate(path.read_text().splitlines(), 1):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise AssertionError(f"{path.name}:{number}: torn or invalid line: {error}") from None
-            by_connection[record["connection_id"]].append(
-                Delivered(
-                    record["connection_id"],
-                    int(record["seq"]),
-                    int(record["epoch"]),
-                    record["worker_id"],
-                    int(record["received_at_ms"]),
-                )
-            )
+        for item in read_sink_file(path):
+            by_connection[item.connection_id].append(item)
     return dict(by_connection)
+
+
+def read_sink_file(path: Path) -> list[Delivered]:
+    """One worker's file sink, in line order (its writer's order). A torn line is an error."""
+    items: list[Delivered] = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise AssertionError(f"{path.name}:{number}: torn or invalid line: {error}") from None
+        items.append(
+            Delivered(
+                record["connection_id"],
+                int(record["seq"]),
+                int(record["epoch"]),
+                record["worker_id"],
+                int(record["received_at_ms"]),
+            )
+        )
+    return items
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
@@ -88,6 +105,57 @@ def check_s1(records: dict[str, list[Delivered]], report: Report) -> None:
                     f"S1 {cid}: epoch {lower} delivered at {last_of[lower]} after epoch {higher} began "
                     f"at {first_of[higher]}"
                 )
+
+
+def check_s1_arrival(arrivals: Iterable[Delivered], report: Report) -> None:
+    """One deliverer, judged at one arbiter: walking the records in the order the sink received
+    them, no connection's epoch ever decreases (nothing of epoch e after anything of epoch > e)."""
+    highest: dict[str, Delivered] = {}
+    for position, item in enumerate(arrivals):
+        best = highest.get(item.connection_id)
+        if best is None or item.epoch > best.epoch:
+            highest[item.connection_id] = item
+        elif item.epoch < best.epoch:
+            report.violations.append(
+                f"S1 {item.connection_id}: epoch {item.epoch} (seq {item.seq}, {item.worker_id}) arrived"
+                f" at position {position}, after epoch {best.epoch} (seq {best.seq}, {best.worker_id})"
+            )
+
+
+def by_connection(arrivals: Iterable[Delivered]) -> dict[str, list[Delivered]]:
+    """Arrivals grouped by connection, each group in arrival order."""
+    grouped: dict[str, list[Delivered]] = defaultdict(list)
+    for item in arrivals:
+        grouped[item.connection_id].append(item)
+    return dict(grouped)
+
+
+def check_arrivals(
+    arrivals: Sequence[Delivered], samples: list[dict[str, int]] | None = None, *, start_seq: int = 0
+) -> Report:
+    """S1 in arrival order, S2 and S3 over records listed in the order one arbiter received them
+    (a Kinesis stream read in shard order, or read_sink_arrivals for the file sink)."""
+    report = Report()
+    check_s1_arrival(arrivals, report)
+    records = by_connection(arrivals)
+    check_s2(records, report, start_seq=start_seq)
+    check_s3(samples or [], records, report)
+    return report
+
+
+def read_sink_arrivals(directory: Path) -> list[Delivered]:
+    """The file sink's records in the best arrival order it holds: each file (one worker, one
+    writer) in its own line order, the files merged by receipt time."""
+    per_connection: dict[str, list[list[Delivered]]] = defaultdict(list)
+    for path in sorted(directory.glob("*.jsonl")):
+        for cid, run in by_connection(read_sink_file(path)).items():
+            per_connection[cid].append(run)
+    # Per connection each file's run is in receipt order, so a merge keeps every file's order.
+    return [
+        item
+        for runs in per_connection.values()
+        for item in heapq.merge(*runs, key=lambda d: (d.received_at_ms, d.epoch))
+    ]
 
 
 def check_s2(records: dict[str, list[Delivered]], report: Report, *, start_seq: int = 0) -> None:

@@ -4,6 +4,15 @@ Put it in front of DynamoDB Local and one worker sees latency, a blackhole (byte
 sockets stay open: calls time out) or resets, while its peers talk to DynamoDB directly. It
 also counts DynamoDB operations by their `X-Amz-Target` header, which is how the benchmark
 measures what each lease design costs.
+
+It can also stall one connection (`stall_next_connection`, `release_stalled`), the way a
+congested or partitioned path does: the proxy stops reading that client's bytes, so they back up
+in the kernel's buffers and the sender's own, and flow again on release. In front of moto's
+Kinesis this is how tests/worker/test_late_write.py makes a write that was abandoned try to land
+after the lease has moved. A stalled connection's end is passed on faithfully: a FIN from the
+client becomes a FIN to the server once every byte received is forwarded (a request the client's
+kernel still completes is delivered); a reset becomes a reset (an incomplete request stays
+incomplete).
 """
 
 from __future__ import annotations
@@ -11,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import socket
 import threading
 from collections import Counter
 from typing import Literal
@@ -24,13 +34,28 @@ _CHUNK = 65536
 
 
 class TcpProxy:
-    def __init__(self, target_host: str, target_port: int, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        target_host: str,
+        target_port: int,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        receive_buffer_bytes: int | None = None,
+    ) -> None:
+        """`receive_buffer_bytes` sets SO_RCVBUF on the accepted sockets (the kernel doubles it):
+        small, it keeps most of a stalled request in the sender's buffers, as a stalled path does."""
         self.target = (target_host, target_port)
         self.host = host
         self.port = port
         self.mode: Mode = "pass"
         self.latency = 0.0
         self.counts: Counter[str] = Counter()
+        self.receive_buffer_bytes = receive_buffer_bytes
+        self.stalled_accepted = asyncio.Event()  # set once the stalled connection has arrived
+        self.stalled_finished = asyncio.Event()  # set once it has ended, after its release
+        self._stall_next = False
+        self._release = asyncio.Event()
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
@@ -39,10 +64,26 @@ class TcpProxy:
         return f"http://{self.host}:{self.port}"
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        listener = socket.create_server((self.host, self.port))
+        if self.receive_buffer_bytes is not None:
+            # Accepted sockets inherit it from the listener, window scale included.
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
+        self._server = await asyncio.start_server(self._serve, sock=listener)
         self.port = self._server.sockets[0].getsockname()[1]
 
+    def stall_next_connection(self) -> None:
+        """Read nothing from the next client that connects until release_stalled()."""
+        self._stall_next = True
+        self._release.clear()
+        self.stalled_accepted.clear()
+        self.stalled_finished.clear()
+
+    def release_stalled(self) -> None:
+        """Let the stalled connection's bytes flow again (those its sender still sends)."""
+        self._release.set()
+
     async def stop(self) -> None:
+        self._release.set()  # a stalled connection's task must not wait past the proxy's end
         if self._server is not None:
             self._server.close()
             self._abort_all()
@@ -62,15 +103,22 @@ class TcpProxy:
         if self.mode == "reset":
             client_writer.transport.abort()
             return
+        stalled, self._stall_next = self._stall_next, False
+        if stalled:
+            _read_side(client_writer).pause_reading()  # bytes wait in the kernel, not in the proxy
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
         except OSError:
             client_writer.transport.abort()
             return
         self._writers.update((client_writer, upstream_writer))
+        if stalled:
+            self.stalled_accepted.set()
+            await self._release.wait()
+            _read_side(client_writer).resume_reading()
         try:
             async with asyncio.TaskGroup() as group:
-                group.create_task(self._pipe(client_reader, upstream_writer, count=True))
+                group.create_task(self._pipe(client_reader, upstream_writer, count=True, half_close=stalled))
                 group.create_task(self._pipe(upstream_reader, client_writer, count=False))
         except* (OSError, asyncio.IncompleteReadError):
             pass
@@ -78,8 +126,17 @@ class TcpProxy:
             for writer in (client_writer, upstream_writer):
                 self._writers.discard(writer)
                 writer.transport.abort()
+            if stalled:
+                self.stalled_finished.set()
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, count: bool) -> None:
+    async def _pipe(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        count: bool,
+        half_close: bool = False,
+    ) -> None:
         while data := await reader.read(_CHUNK):
             if count:
                 self.counts.update(match.decode() for match in _TARGET.findall(data))
@@ -92,7 +149,16 @@ class TcpProxy:
                 break
             writer.write(data)
             await writer.drain()
+        if half_close:
+            writer.write_eof()  # after what is buffered: the server reads the request it was sent
+            return
         writer.transport.abort()
+
+
+def _read_side(writer: asyncio.StreamWriter) -> asyncio.ReadTransport:
+    transport = writer.transport
+    assert isinstance(transport, asyncio.ReadTransport)  # a socket's transport reads and writes
+    return transport
 
 
 class ProxyThread:

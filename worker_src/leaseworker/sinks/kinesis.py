@@ -17,11 +17,20 @@ duplicates under throttling, which at-least-once allows. The result: for every c
 stream read in shard order contains its records as runs of ascending seq, where each run resumes
 at or before the point where the previous one broke. A consumer that keeps the next expected seq
 per connection and drops everything else reads a complete, in-order sequence: the same filter
-that already removes the replay duplicates of a failover (DESIGN.md §2c S2).
+that already removes the replay duplicates of a failover (leaseworker.consumer, DESIGN.md §5).
 
 Errors: throttling, 5xx and network errors are retried (whole call) with capped, full-jitter
 exponential backoff until the deadline. Requests that can never succeed (validation, access
 denied, missing stream, a record over 1 MiB) raise SinkError at once.
+
+Retries are the sink's alone (DESIGN.md §2d). The client must have no SDK-level retry
+(`retries={"max_attempts": 1}`, see factory.py): an SDK retry resends a call on a new connection
+without asking whether the lease is still valid. Before every call, first or retry, `valid()` is
+asked; once it says False nothing more is sent. When the sink gives up (deadline, lease gone,
+caller's cancellation) the in-flight call's connection is aborted, not returned to the pool or
+closed gracefully, and its socket closes with RST (leaseworker.no_linger): write() returns only
+after that, so nothing it abandoned can land after whatever the caller does next (a release).
+SinkError.accepted is then the batch's leading run that Kinesis accepted in full.
 """
 
 from __future__ import annotations
@@ -34,18 +43,23 @@ from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from leaseworker.no_linger import abandoned_sockets_closed
 from leaseworker.records import SinkRecord
 from leaseworker.sinks.base import SinkError, Validity, always_valid
 
 if TYPE_CHECKING:
     from types_aiobotocore_kinesis import KinesisClient
-    from types_aiobotocore_kinesis.type_defs import PutRecordsOutputTypeDef, PutRecordsRequestEntryTypeDef
+    from types_aiobotocore_kinesis.type_defs import (
+        PutRecordsOutputTypeDef,
+        PutRecordsRequestEntryTypeDef,
+    )
 
 MAX_RECORDS_PER_CALL: Final = 500
 MAX_BYTES_PER_CALL: Final = 5 * 1024 * 1024
 MAX_BYTES_PER_RECORD: Final = 1024 * 1024  # data + partition key
 BACKOFF_BASE_SECONDS: Final = 0.05
 BACKOFF_CAP_SECONDS: Final = 2.0
+BACKOFF_MAX_DOUBLINGS: Final = 16  # 0.05 s * 2**16 is far past the cap already
 
 # Error codes that no retry can fix: fail the batch at once so the caller sees the cause.
 FATAL_ERROR_CODES: Final = frozenset(
@@ -67,6 +81,7 @@ FATAL_ERROR_CODES: Final = frozenset(
 class _Entry:
     partition_key: str
     data: bytes
+    index: int = 0  # position in the batch given to write()
 
     @property
     def size(self) -> int:
@@ -118,20 +133,30 @@ class KinesisSink:
     async def write(self, records: Sequence[SinkRecord], *, valid: Validity = always_valid) -> None:
         if self._closed:
             raise SinkError(f"kinesis sink for {self._stream} is closed")
-        entries = [_Entry(record.connection_id, record.to_json().encode("utf-8")) for record in records]
+        entries = [
+            _Entry(record.connection_id, record.to_json().encode("utf-8"), index)
+            for index, record in enumerate(records)
+        ]
         for entry in entries:
             if entry.size > MAX_BYTES_PER_RECORD:
                 raise SinkError(
                     f"kinesis {self._stream}: a record of {entry.partition_key} is {entry.size} bytes,"
                     f" over the {MAX_BYTES_PER_RECORD}-byte PutRecords limit"
                 )
+        pending = entries  # not yet known to be accepted, in the order they will be sent
         last_error = "no attempt completed"
         try:
             async with asyncio.timeout(self._deadline):
                 attempt = 0
-                while entries:
-                    count = plan_calls(entries)
-                    chunk, rest = entries[:count], entries[count:]
+                while pending:
+                    if not valid():
+                        raise SinkError(
+                            f"kinesis {self._stream}: lease no longer valid; "
+                            f"{len(pending)} of {len(entries)} records not sent",
+                            accepted=_accepted_prefix(pending, len(entries)),
+                        )
+                    count = plan_calls(pending)
+                    chunk, rest = pending[:count], pending[count:]
                     try:
                         accepted = await self._put(chunk)
                     except _Retryable as exc:
@@ -141,18 +166,23 @@ class KinesisSink:
                         continue
                     resend = go_back_n(chunk, accepted)
                     if not resend:
-                        entries, attempt = rest, 0
+                        pending, attempt = rest, 0
                         continue
                     last_error = f"{len(chunk) - sum(accepted)} of {len(chunk)} records failed"
                     self.records_resent += len(resend)
                     # The resent entries of a key precede its entries in `rest`: order is kept.
-                    entries = resend + rest
+                    pending = resend + rest
                     await self._backoff(attempt)
                     attempt += 1
         except TimeoutError:
+            await abandoned_sockets_closed()
             raise SinkError(
-                f"kinesis {self._stream}: batch not accepted within {self._deadline:g}s ({last_error})"
+                f"kinesis {self._stream}: batch not accepted within {self._deadline:g}s ({last_error})",
+                accepted=_accepted_prefix(pending, len(entries)),
             ) from None
+        except BaseException:  # SinkError, or the caller's cancellation: re-raised as it is
+            await abandoned_sockets_closed()
+            raise
 
     async def _put(self, chunk: Sequence[_Entry]) -> list[bool]:
         request: list[PutRecordsRequestEntryTypeDef] = [
@@ -176,12 +206,18 @@ class KinesisSink:
     async def _backoff(self, attempt: int) -> None:
         # Full jitter (AWS Architecture Blog, "Exponential Backoff and Jitter"); the deadline
         # around write() cuts the last sleep short.
-        ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2**attempt)
+        # The exponent is capped too: without jitter sleeps, attempts could count past a float.
+        ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** min(attempt, BACKOFF_MAX_DOUBLINGS))
         await asyncio.sleep(self._uniform(0.0, ceiling))
 
     async def close(self) -> None:
         # Nothing is buffered between writes; the client belongs to the caller's exit stack.
         self._closed = True
+
+
+def _accepted_prefix(pending: Sequence[_Entry], total: int) -> int:
+    """How many leading records of the batch are accepted: all before the first pending one."""
+    return min((entry.index for entry in pending), default=total)
 
 
 class _Retryable(Exception):

@@ -1,0 +1,134 @@
+"""HTTP connections for AWS clients that cannot deliver a request after it was abandoned (§2d, §2e).
+
+A request the worker gave up on (a sink write past its deadline, a DynamoDB call past its own)
+must not land later, after the lease has moved. Two places can still hold its bytes:
+
+1. **The kernel's send queue.** `close()` on a TCP socket normally lingers: the kernel keeps
+   retransmitting what was queued until the peer acknowledges it, then sends FIN, even after the
+   process has exited. With SO_LINGER {on, 0}, `close()` discards the queue and sends RST instead.
+   Any close does, including the implicit one when the process dies (SIGKILL, the OOM killer),
+   which is what lets the supervisor's fence (§2e) be final. A request cut short this way reaches
+   the server incomplete, and an HTTP server never acts on an incomplete request.
+2. **asyncio's write buffer.** What the kernel would not take yet sits in the transport. aiohttp
+   closes a connection it abandons (cancellation, a read timeout) with `transport.close()`, which
+   keeps the socket open until that buffer has drained: a stalled request is sent in full
+   whenever the path recovers, however much later. `transport.abort()` drops the buffer and
+   closes the socket at once. So every close of these connections is an abort
+   (`AbortOnCloseHandler`).
+
+Both are needed (tests/worker/test_late_write.py shows each): with only (2), a request that fits
+in the kernel's buffers is still sent in full after close(), and lands; with only (1), the
+abandoned request is still alive when the sink gives up, its socket open, and asyncio sends its
+buffer whenever the path lets it, so whether it completes depends on the path, not on us.
+RST instead of FIN costs nothing here: an HTTP/1.1 client closes only idle connections or
+abandoned ones, and the server has nothing to finish on either. TLS close_notify is skipped for
+the same reason.
+
+How it is wired. aiobotocore 2.25's `AioConfig(connector_args=...)` rejects aiohttp's
+`socket_factory` (aio-libs/aiobotocore#1450; accepted from #1454, a later release), so
+`NoLingerAIOHTTPSession` is passed as `AioConfig(http_session_cls=...)`: it adds the socket
+factory to the connector arguments, and gives the connector a protocol factory whose close() is
+an abort. The second step sets `TCPConnector._factory`, a private attribute of aiohttp; the
+versions are pinned in requirements.txt, `_create_connector` fails loudly if the attribute is
+gone, and tests/worker/test_sinks.py checks both effects on live sockets.
+
+What this cannot prevent: a request that reached the server in full before it was abandoned
+(e.g. Kinesis slow to answer) may still be applied. The consumer filter (`leaseworker.consumer`)
+drops such a record by its lower epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import socket
+import struct
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+import aiohttp
+from aiobotocore.httpsession import AIOHTTPSession
+from aiohttp.client_proto import ResponseHandler
+
+if TYPE_CHECKING:
+    from aiohappyeyeballs import AddrInfoType
+
+LINGER_ZERO: Final = struct.pack("ii", 1, 0)  # struct linger {l_onoff = 1, l_linger = 0}
+
+# Futures of aborted connections whose socket is not closed yet (asyncio closes it one loop
+# iteration after abort()). abandoned_sockets_closed() waits for them.
+_closing: set[asyncio.Future[None]] = set()
+
+
+def no_linger_socket(addr_info: AddrInfoType) -> socket.socket:
+    """aiohttp `socket_factory`: a socket whose close() sends RST and discards unsent bytes."""
+    family, type_, proto, _, _ = addr_info
+    sock = socket.socket(family=family, type=type_, proto=proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER_ZERO)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class AbortOnCloseHandler(ResponseHandler):
+    """aiohttp's response protocol, except that closing the connection aborts it."""
+
+    def close(self) -> None:
+        if self.transport is not None and not self._connection_lost_called:
+            closed = self.closed  # resolved in connection_lost, right before the socket closes
+            if closed is not None:
+                _closing.add(closed)
+                closed.add_done_callback(_forget)
+        self.abort()
+
+
+def _abort_on_close_handler(loop: asyncio.AbstractEventLoop) -> ResponseHandler:
+    return AbortOnCloseHandler(loop)
+
+
+def _forget(future: asyncio.Future[None]) -> None:
+    _closing.discard(future)
+    if not future.cancelled():
+        future.exception()  # retrieved: a reset is the expected end, not an error to log
+
+
+async def abandoned_sockets_closed() -> None:
+    """Return once every connection aborted so far on this loop has closed its socket.
+
+    After this, no byte of an abandoned request can leave this process any more: a release or
+    a handoff that follows it cannot be overtaken by the abandoned request.
+    """
+    loop = asyncio.get_running_loop()
+    # A future is resolved in connection_lost, inside the callback that then closes the socket;
+    # a waiter resumes in a later callback, so once wait() returns every such socket is closed.
+    pending = [future for future in _closing if future.get_loop() is loop and not future.done()]
+    if pending:
+        await asyncio.wait(pending)
+
+
+class NoLingerAIOHTTPSession(AIOHTTPSession):
+    """aiobotocore's HTTP session with SO_LINGER {on, 0} sockets and aborting closes.
+
+    Use it as `AioConfig(http_session_cls=NoLingerAIOHTTPSession)`. The class attributes exist
+    so that a test can show what each half prevents; production code never changes them.
+    """
+
+    linger_zero: ClassVar[bool] = True
+    abort_on_close: ClassVar[bool] = True
+
+    def __init__(self, **kwargs: Any) -> None:
+        # aiobotocore passes every argument by keyword; connector_args comes from AioConfig.
+        connector_args = dict(kwargs.pop("connector_args", None) or {})
+        if self.linger_zero:
+            connector_args["socket_factory"] = no_linger_socket
+        super().__init__(connector_args=connector_args, **kwargs)
+
+    def _create_connector(self, proxy_url: str | None) -> aiohttp.TCPConnector:
+        build = getattr(super(), "_create_connector")  # noqa: B009 - absent from the type stubs
+        connector: aiohttp.TCPConnector = build(proxy_url)
+        if self.abort_on_close:
+            if not isinstance(getattr(connector, "_factory", None), functools.partial):
+                raise RuntimeError("aiohttp.TCPConnector._factory is gone: cannot make closes abort")
+            connector._factory = functools.partial(_abort_on_close_handler, loop=asyncio.get_running_loop())
+        return connector
