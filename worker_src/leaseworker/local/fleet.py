@@ -22,7 +22,7 @@ from typing import Any
 import aioboto3
 
 from leaseworker.lease.admin import LeaseTableAdmin
-from leaseworker.local.invariants import read_events, resubscribed_after
+from leaseworker.local.invariants import Delivered, read_events, read_sink_arrivals, resubscribed_after
 from leaseworker.local.services import (
     LOCAL_CREDENTIALS,
     ManagedProcess,
@@ -32,6 +32,7 @@ from leaseworker.local.services import (
     start_dynamodb_local,
     start_moto_server,
 )
+from leaseworker.local.stream import read_arrivals_sync
 
 TABLE = "leaseworker-connections"
 
@@ -95,15 +96,19 @@ class Fleet:
         max_connections: int | None = None,
         sink: str | None = None,
         lease_mode: str | None = None,
+        kinesis_stream: str | None = None,
     ) -> None:
+        """`kinesis_stream`: deliver into a Kinesis stream of one shard on the fleet's moto
+        server instead of files, so that one arbiter (the shard) orders every record."""
         self.root = root
         self.lease_mode = lease_mode
+        self.kinesis_stream = kinesis_stream
         self.timings = timings
         self.feed_rate = feed_rate
         self.with_sqs = with_sqs
         self.max_connections = max_connections
         self.sink_dir = root / "sink"
-        self.sink = sink or f"file:{self.sink_dir}"
+        self.sink = f"kinesis:{kinesis_stream}" if kinesis_stream else sink or f"file:{self.sink_dir}"
         self.logs = root / "logs"
         self.feed_log = root / "feed-sessions.jsonl"
         self.dynamodb: ManagedProcess | None = None
@@ -131,9 +136,12 @@ class Fleet:
         self.root.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
         self.dynamodb = start_dynamodb_local(log_path=self.logs / "dynamodb-local.log")
-        if self.with_sqs:
+        if self.with_sqs or self.kinesis_stream:
             self.moto = start_moto_server(log_path=self.logs / "moto.log")
+        if self.with_sqs:
             self.queue_url = self._create_queue()
+        if self.kinesis_stream:
+            self._create_stream(self.kinesis_stream)
         self._start_feed()
         asyncio.run(self._admin(lambda admin: admin.create_table()))
 
@@ -191,6 +199,29 @@ class Fleet:
                 return (await sqs.create_queue(QueueName="leaseworker-notify"))["QueueUrl"]
 
         return asyncio.run(create(self.moto.url))
+
+    def _create_stream(self, name: str) -> None:
+        assert self.moto is not None
+
+        async def create(endpoint: str) -> None:
+            async with aioboto3.Session().client(
+                "kinesis",
+                endpoint_url=endpoint,
+                region_name="us-east-1",
+                aws_access_key_id="local",
+                aws_secret_access_key="local",
+            ) as kinesis:
+                await kinesis.create_stream(StreamName=name, ShardCount=1)
+
+        asyncio.run(create(self.moto.url))
+
+    def arrivals(self) -> list[Delivered]:
+        """Every record in the order the fleet's one arbiter received it: the Kinesis shard's
+        order with a stream, else each sink file's order merged by receipt time."""
+        if self.kinesis_stream:
+            assert self.moto is not None
+            return read_arrivals_sync(self.moto.url, self.kinesis_stream)
+        return read_sink_arrivals(self.sink_dir)
 
     def _start_feed(self) -> None:
         argv = [
