@@ -193,7 +193,7 @@ def test_list_and_show(dynamodb_endpoint: str, local_env: dict[str, str]) -> Non
 @pytest.mark.parametrize(
     ("variable", "value", "says"),
     [
-        ("LEASE_MODE", "session", "invalid LEASE_MODE='session': only 'connection' is available"),
+        ("LEASE_MODE", "zookeeper", "invalid LEASE_MODE='zookeeper': must be one of connection, session"),
         ("LEASE_SECONDS", "abc", "invalid LEASE_SECONDS='abc': must be a number"),
         ("HEARTBEAT_SECONDS", "10", "invalid LEASE_SECONDS=20.0: must be >= 3 x HEARTBEAT_SECONDS (30)"),
         ("SINK", "s3:bucket", "invalid SINK='s3:bucket'"),
