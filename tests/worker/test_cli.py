@@ -7,6 +7,7 @@ unreachable endpoint could otherwise hang in SDK retries.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import aioboto3
 import pytest
 
 from leaseworker.local.services import free_port
@@ -191,11 +193,14 @@ def test_list_and_show(dynamodb_endpoint: str, local_env: dict[str, str]) -> Non
 @pytest.mark.parametrize(
     ("variable", "value", "says"),
     [
-        ("LEASE_MODE", "session", "invalid LEASE_MODE='session': only 'connection' is available"),
+        ("LEASE_MODE", "zookeeper", "invalid LEASE_MODE='zookeeper': must be one of connection, session"),
         ("LEASE_SECONDS", "abc", "invalid LEASE_SECONDS='abc': must be a number"),
         ("HEARTBEAT_SECONDS", "10", "invalid LEASE_SECONDS=20.0: must be >= 3 x HEARTBEAT_SECONDS (30)"),
         ("SINK", "s3:bucket", "invalid SINK='s3:bucket'"),
         ("SHUTDOWN_GRACE_SECONDS", "300", "invalid SHUTDOWN_GRACE_SECONDS=300.0: must be <= 120"),
+        ("LEASE_SECONDS", "nan", "invalid LEASE_SECONDS='nan': must be a finite number, not NaN or infinity"),
+        ("MAX_CONNECTIONS", "inf", "invalid MAX_CONNECTIONS='inf': must be a finite number, not NaN"),
+        ("HEARTBEAT_SECONDS", "1e999", "invalid HEARTBEAT_SECONDS='1e999': must be a finite number"),
     ],
 )
 def test_run_refuses_bad_settings_in_one_line(
@@ -204,3 +209,104 @@ def test_run_refuses_bad_settings_in_one_line(
     """The worker validates its settings before touching the network: one line, exit 2."""
     done = run("run", env={**local_env, variable: value})
     assert says in one_error_line(done, 2)
+
+
+def set_lease(endpoint: str, table: list[str], cid: str, **values: str | int) -> None:
+    """Give a connection a lease state directly (an owner, an epoch), as a worker would have."""
+    names = list(values)
+
+    async def update() -> None:
+        async with aioboto3.Session().client(
+            "dynamodb", endpoint_url=endpoint, region_name="us-east-1"
+        ) as client:
+            await client.update_item(
+                TableName=table[-1],
+                Key={"connection_id": {"S": cid}},
+                UpdateExpression="SET " + ", ".join(f"#{i} = :{i}" for i in range(len(names))),
+                ExpressionAttributeNames={f"#{i}": name for i, name in enumerate(names)},
+                ExpressionAttributeValues={
+                    f":{i}": {"N": str(value)} if isinstance(value, int) else {"S": value}
+                    for i, value in enumerate(values.values())
+                },
+            )
+
+    asyncio.run(update())
+
+
+def test_remove_needs_a_stopped_released_connection_and_keeps_its_epoch(
+    dynamodb_endpoint: str, local_env: dict[str, str]
+) -> None:
+    table = new_table(dynamodb_endpoint, local_env)
+    url = "wss://feeds.example.com/c1"
+    assert run(*table, "connections", "add", "c1", "--url", url, env=local_env).returncode == 0
+    set_lease(dynamodb_endpoint, table, "c1", lease_epoch=7)
+    line = one_error_line(run(*table, "connections", "remove", "c1", env=local_env), 2)
+    assert line == (
+        "error: connection 'c1' is STARTED: stop it first (`leaseworker connections stop c1`), "
+        "or pass --force to stop it, wait for the release and remove it"
+    )
+    assert run(*table, "connections", "stop", "c1", env=local_env).returncode == 0
+    removed = run(*table, "connections", "remove", "c1", env=local_env)
+    assert removed.returncode == 0 and removed.stdout.strip() == "removed c1", removed.stderr
+    assert "no connection 'c1'" in one_error_line(run(*table, "connections", "show", "c1", env=local_env), 1)
+    assert "no connection 'c1'" in one_error_line(run(*table, "connections", "start", "c1", env=local_env), 1)
+    assert json.loads(run(*table, "connections", "list", "--json", env=local_env).stdout) == []
+    assert run(*table, "connections", "add", "c1", "--url", url, env=local_env).returncode == 0
+    item = json.loads(run(*table, "connections", "show", "c1", "--json", env=local_env).stdout)
+    assert item["lease_epoch"] == 7 and item["desired_state"] == "STARTED" and item["last_seq"] == -1
+    assert "removed_at_ms" not in item
+
+
+def test_remove_refuses_a_stopped_connection_still_owned(
+    dynamodb_endpoint: str, local_env: dict[str, str]
+) -> None:
+    table = new_table(dynamodb_endpoint, local_env)
+    assert (
+        run(*table, "connections", "add", "c1", "--url", "wss://x.example.com/f", env=local_env).returncode
+        == 0
+    )
+    assert run(*table, "connections", "stop", "c1", env=local_env).returncode == 0
+    expires = int(time.time() * 1000) + 60_000
+    set_lease(dynamodb_endpoint, table, "c1", lease_owner="w1", lease_epoch=3, lease_expires_at_ms=expires)
+    line = one_error_line(run(*table, "connections", "remove", "c1", env=local_env), 2)
+    assert line.startswith("error: connection 'c1' is STOPPED but still held by w1 (epoch 3, lease ")
+    assert line.endswith(
+        "s left): wait for its release, or pass --force to stop it, wait for the release and remove it"
+    )
+
+
+def test_remove_force(dynamodb_endpoint: str, local_env: dict[str, str]) -> None:
+    table = new_table(dynamodb_endpoint, local_env)
+    for cid in ("free", "held"):
+        added = run(*table, "connections", "add", cid, "--url", "wss://x.example.com/f", env=local_env)
+        assert added.returncode == 0
+    done = run(*table, "connections", "remove", "free", "--force", env=local_env)
+    assert done.returncode == 0 and done.stdout.strip() == "removed free" and done.stderr == ""
+
+    # Held by a session that never lets go: --force stops it, reports progress, then gives up.
+    set_lease(
+        dynamodb_endpoint, table, "held", lease_owner="w1", lease_epoch=3, lease_expires_at_ms=2**53 - 1
+    )
+    done = run(*table, "connections", "remove", "held", "--force", "--wait", "1", env=local_env)
+    assert done.returncode == 1, done
+    progress, error = done.stderr.splitlines()
+    assert progress.startswith(
+        "waiting for the release: held is STOPPED but still held by the live session of w1"
+    )
+    assert error == (
+        "error: connection 'held' is STOPPED but still held by the live session of w1 (epoch 3) after "
+        "waiting 1 s; it stays STOPPED: run `leaseworker connections remove held --force` again once it "
+        "is released"
+    )
+    item = json.loads(run(*table, "connections", "show", "held", "--json", env=local_env).stdout)
+    assert item["desired_state"] == "STOPPED" and item["lease_owner"] == "w1"
+
+
+@pytest.mark.parametrize("wait", ["nan", "inf", "0", "-1"])
+def test_remove_force_wait_must_be_finite_and_positive(
+    table: list[str], local_env: dict[str, str], wait: str
+) -> None:
+    line = one_error_line(
+        run(*table, "connections", "remove", "x", "--force", "--wait", wait, env=local_env), 2
+    )
+    assert line.startswith(f"error: invalid --wait {float(wait)!r}: must be a finite number of seconds > 0")

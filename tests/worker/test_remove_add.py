@@ -8,12 +8,21 @@ real CLI (a subprocess), against the reference feed and against an upstream that
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import sys
 import time
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+import aioboto3
 import pytest
 from types_aiobotocore_dynamodb import DynamoDBClient
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
 
+from leaseworker.feed.server import FeedServer
 from leaseworker.lease.admin import (
     ConnectionExists,
     LeaseTableAdmin,
@@ -23,7 +32,9 @@ from leaseworker.lease.admin import (
 )
 from leaseworker.lease.removal import SESSION_HELD_EXPIRY_MS
 from leaseworker.lease.store import Acquired, LeaseStore, Lost, now_ms
+from leaseworker.local.invariants import Delivered, Report, check_s1, read_events
 from leaseworker.settings import Settings
+from tests.worker.harness import eventually, running
 
 URL = "ws://127.0.0.1:9/feeds/x"
 
@@ -265,3 +276,218 @@ async def test_table_create_makes_both_indexes_and_ttl(ddb: DynamoDBClient, tabl
     ttl = (await ddb.describe_time_to_live(TableName=table))["TimeToLiveDescription"]
     assert ttl.get("AttributeName") == "purge_at" and ttl.get("TimeToLiveStatus") in ("ENABLED", "ENABLING")
     assert not await LeaseTableAdmin(ddb, table).create_table()  # already exists
+
+
+# ---------------------------------------------------------------------------- a live owner, real workers
+
+LEASEWORKER = Path(sys.executable).with_name("leaseworker")
+OLD_EPOCH = 5  # earlier incarnations reached this epoch; a reset would restart at 1
+
+
+class NonFencingFeed:
+    """`seqfeed/1` without fencing: it serves every subscriber, whatever its epoch, and never
+    answers `stale_epoch`. Only the workers' own discipline can then keep S1."""
+
+    def __init__(self, rate: float = 100.0) -> None:
+        self._rate = rate
+        self._server: Server | None = None
+        self.subscribes: list[tuple[int, str]] = []  # (epoch, worker_id)
+
+    async def __aenter__(self) -> NonFencingFeed:
+        self._server = await serve(self._handle, "127.0.0.1", 0, compression=None, close_timeout=1)
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    def url_for(self, cid: str) -> str:
+        assert self._server is not None
+        return f"ws://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/feeds/{cid}"
+
+    async def _handle(self, connection: ServerConnection) -> None:
+        try:
+            subscribe = json.loads(await connection.recv())
+            self.subscribes.append((int(subscribe["epoch"]), str(subscribe["worker_id"])))
+            seq = int(subscribe["after_seq"]) + 1
+            while True:
+                await connection.send(json.dumps({"type": "data", "seq": seq, "data": {"n": seq}}))
+                seq += 1
+                await asyncio.sleep(1 / self._rate)
+        except ConnectionClosed:
+            pass
+
+
+async def leaseworker(
+    *args: str, endpoint: str, table: str, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """The real CLI, as a subprocess, while the in-process workers keep running."""
+    process = await asyncio.create_subprocess_exec(
+        str(LEASEWORKER),
+        "--endpoint-url",
+        endpoint,
+        "--table",
+        table,
+        *args,
+        env={
+            **{k: v for k, v in os.environ.items() if k != "NOTIFY_QUEUE_URL"},
+            "AWS_REGION": "us-east-1",
+            **(env or {}),
+        },
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 90)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+def sink_lines(directory: Path) -> dict[str, list[Delivered]]:
+    """Each worker's file, in its write order (one file = one arbiter of its own order)."""
+    lines: dict[str, list[Delivered]] = {}
+    for path in sorted(directory.glob("*.jsonl")):
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        lines[path.name] = [
+            Delivered(
+                r["connection_id"], int(r["seq"]), int(r["epoch"]), r["worker_id"], int(r["received_at_ms"])
+            )
+            for r in records
+            if r["connection_id"] == "c1"
+        ]
+    return lines
+
+
+async def sink_when_removed(ddb: DynamoDBClient, table: str, sink_dir: Path) -> dict[str, int]:
+    """Lines per sink file at the first sight of the tombstone (polled every 20 ms)."""
+    deadline = time.monotonic() + 60
+    while "removed_at_ms" not in await raw(ddb, table, "c1"):
+        assert time.monotonic() < deadline, "no tombstone within 60 s"
+        await asyncio.sleep(0.02)
+    return {name: len(records) for name, records in sink_lines(sink_dir).items()}
+
+
+async def remove_and_add_with_live_owner(
+    ddb: DynamoDBClient,
+    table: str,
+    settings: Settings,
+    sink_dir: Path,
+    url: str,
+    *,
+    cli_env: dict[str, str] | None = None,
+) -> tuple[list[Delivered], list[Delivered]]:
+    """Two workers; `c1` delivering; `remove` refused, `remove --force`, `add`; the sink's records
+    of the old incarnation (all that had landed when remove returned) and of the new one."""
+    admin = LeaseTableAdmin(ddb, table)
+    endpoint = str(settings.endpoint_url)
+    await admin.add("c1", url)
+    await set_attributes(ddb, table, "c1", lease_epoch=OLD_EPOCH)
+    sink = f"file:{sink_dir}"
+    # A heartbeat long enough that an owner which was not waited for would visibly keep going.
+    settings = replace(settings, lease_seconds=6.0, heartbeat_seconds=2.0)
+    first = replace(settings, worker_id="wa", sink=sink)
+    second = replace(settings, worker_id="wb", sink=sink)
+    async with running(first) as a:
+        await eventually(lambda: "c1" in a.worker.owned, 10, "c1 owned by wa")
+        async with running(second):
+            await eventually(lambda: len(sink_lines(sink_dir).get("wa.jsonl", [])) >= 20, 10, "c1 delivering")
+
+            code, _, err = await leaseworker(
+                "connections", "remove", "c1", endpoint=endpoint, table=table, env=cli_env
+            )
+            assert code == 2, err
+            assert err.strip() == (
+                f"error: connection 'c1' is STARTED and held by wa (epoch {OLD_EPOCH + 1}): stop it first "
+                "(`leaseworker connections stop c1`), or pass --force to stop it, wait for the release "
+                "and remove it"
+            )
+            # The arbiter: what had landed in the sink the moment the tombstone was written.
+            async with asyncio.TaskGroup() as group:
+                removing = group.create_task(
+                    leaseworker(
+                        "connections", "remove", "c1", "--force", endpoint=endpoint, table=table, env=cli_env
+                    )
+                )
+                watching = group.create_task(sink_when_removed(ddb, table, sink_dir))
+            code, out, err = removing.result()
+            landed = watching.result()
+            assert code == 0 and out.strip() == "removed c1", (code, out, err)
+
+            code, out, err = await leaseworker(
+                "connections", "add", "c1", "--url", url, endpoint=endpoint, table=table, env=cli_env
+            )
+            assert code == 0, err
+
+            def new_records() -> list[Delivered]:
+                return [
+                    record
+                    for name, records in sink_lines(sink_dir).items()
+                    for record in records[landed.get(name, 0) :]
+                ]
+
+            await eventually(lambda: len(new_records()) >= 30, 15, "the new incarnation delivering")
+    old = [
+        record for name, records in sink_lines(sink_dir).items() for record in records[: landed.get(name, 0)]
+    ]
+    return old, new_records()
+
+
+def assert_one_deliverer_and_rising_epochs(old: list[Delivered], new: list[Delivered]) -> None:
+    assert old and new
+    assert {record.epoch for record in old} == {OLD_EPOCH + 1}
+    # Nothing of the old incarnation landed after `remove` returned, and every new epoch is higher.
+    assert min(record.epoch for record in new) > max(record.epoch for record in old), sorted(
+        {record.epoch for record in new}
+    )
+    report = Report()
+    check_s1({"c1": old + new}, report)  # one clock (one process) stamps every record
+    assert report.ok, report.violations
+    assert max(r.received_at_ms for r in old) <= min(r.received_at_ms for r in new)
+
+
+async def test_force_remove_and_add_with_a_live_owner_reference_feed(
+    ddb: DynamoDBClient, table: str, settings: Settings, tmp_path: Path
+) -> None:
+    log = tmp_path / "feed.jsonl"
+    async with FeedServer(rate=100, session_log=log) as feed:
+        old, new = await remove_and_add_with_live_owner(
+            ddb, table, settings, tmp_path / "sink", feed.url_for("c1")
+        )
+        assert feed.highest_epoch("c1") == max(record.epoch for record in new)
+    assert_one_deliverer_and_rising_epochs(old, new)
+    rejected = [event for event in read_events(log) if event["event"] == "reject"]
+    assert rejected == [], rejected  # a reset epoch would be answered stale_epoch here
+    closes = [
+        event for event in read_events(log) if event["event"] == "close" and event["epoch"] == OLD_EPOCH + 1
+    ]
+    assert closes and closes[0]["code"] == 1001  # the old owner closed gracefully before the release
+
+
+@pytest.mark.parametrize("hints", [True, False], ids=["sqs-hints", "no-hints"])
+async def test_force_remove_and_add_with_a_live_owner_non_fencing_upstream(
+    ddb: DynamoDBClient,
+    table: str,
+    settings: Settings,
+    tmp_path: Path,
+    moto_endpoint: str,
+    monkeypatch: pytest.MonkeyPatch,
+    hints: bool,
+) -> None:
+    """An upstream that would happily serve two deliverers. With SQS hints the CLI's stop reaches
+    a worker at once; without them, the owner notices it at its next renewal."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", moto_endpoint)
+    cli_env: dict[str, str] = {}
+    if hints:
+        session = aioboto3.Session()
+        async with session.client("sqs", endpoint_url=moto_endpoint, region_name="us-east-1") as sqs:
+            queue_url = (await sqs.create_queue(QueueName=f"hints-{table}"))["QueueUrl"]
+        settings = replace(settings, notify_queue_url=queue_url)
+        cli_env = {"NOTIFY_QUEUE_URL": queue_url, "AWS_ENDPOINT_URL_SQS": moto_endpoint}
+    async with NonFencingFeed() as feed:
+        old, new = await remove_and_add_with_live_owner(
+            ddb, table, settings, tmp_path / "sink", feed.url_for("c1"), cli_env=cli_env
+        )
+    assert_one_deliverer_and_rising_epochs(old, new)
+    epochs = [epoch for epoch, _ in feed.subscribes]
+    # Subscriptions in arrival order: the old epoch, then only higher ones (a reset would go to 1).
+    assert epochs[0] == OLD_EPOCH + 1 and epochs[-1] > OLD_EPOCH + 1 and epochs == sorted(epochs), epochs

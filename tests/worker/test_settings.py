@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from leaseworker.settings import Settings, SettingsError, default_worker_id, load_settings
+from leaseworker.settings import (
+    Settings,
+    SettingsError,
+    default_worker_id,
+    load_settings,
+    max_clock_skew_ms_from,
+)
 
 BASE = {"WORKER_ID": "w1"}
 
@@ -92,3 +100,62 @@ def test_session_mode_refuses_more_connections_than_one_checkpoint_item_holds() 
     with pytest.raises(SettingsError, match=r"invalid MAX_CONNECTIONS=2535: must be <= 2534 in session mode"):
         load(LEASE_MODE="session", MAX_CONNECTIONS="2535")
     assert load(LEASE_MODE="connection", MAX_CONNECTIONS="2535").max_connections == 2535
+
+
+NUMERIC_VARIABLES = [
+    "LEASE_SECONDS",
+    "HEARTBEAT_SECONDS",
+    "RECONCILE_SECONDS",
+    "CHECKPOINT_SECONDS",
+    "MAX_CLOCK_SKEW_MS",
+    "MAX_CONNECTIONS",
+    "METRICS_SECONDS",
+    "SHUTDOWN_GRACE_SECONDS",
+]
+NOT_FINITE = ["nan", "NaN", "-nan", "inf", "-inf", "Infinity", "-Infinity", "1e999", "-1e999", " nan "]
+
+
+@pytest.mark.parametrize("value", NOT_FINITE)
+@pytest.mark.parametrize("name", NUMERIC_VARIABLES)
+def test_nan_and_infinity_are_refused_in_one_line(name: str, value: str) -> None:
+    """NaN compares false with every bound, so without its own rule it would pass all of them."""
+    with pytest.raises(SettingsError) as caught:
+        load(**{name: value})
+    assert str(caught.value) == f"invalid {name}={value!r}: must be a finite number, not NaN or infinity"
+
+
+FIELDS = {
+    "LEASE_SECONDS": "lease_seconds",
+    "HEARTBEAT_SECONDS": "heartbeat_seconds",
+    "RECONCILE_SECONDS": "reconcile_seconds",
+    "CHECKPOINT_SECONDS": "checkpoint_seconds",
+    "MAX_CLOCK_SKEW_MS": "max_clock_skew_ms",
+    "MAX_CONNECTIONS": "max_connections",
+    "METRICS_SECONDS": "metrics_seconds",
+    "SHUTDOWN_GRACE_SECONDS": "shutdown_grace_seconds",
+}
+
+
+@pytest.mark.parametrize("number", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("name", NUMERIC_VARIABLES)
+def test_a_settings_object_refuses_non_finite_numbers_too(name: str, number: float) -> None:
+    """The rule is in validate(), so a Settings built in code (tests, the local fleet) gets it too."""
+    assert set(FIELDS) == set(NUMERIC_VARIABLES)
+    with pytest.raises(SettingsError) as caught:
+        Settings(worker_id="w1", **{FIELDS[name]: number})  # type: ignore[arg-type]  # proving the rule
+    assert str(caught.value) == f"invalid {name}={number!r}: must be a finite number, not NaN or infinity"
+
+
+def test_huge_but_finite_integers_are_judged_by_their_rules() -> None:
+    # Connection mode: session mode caps MAX_CONNECTIONS by its checkpoint item.
+    assert load(LEASE_MODE="connection", MAX_CONNECTIONS="1" + "0" * 400).max_connections == 10**400
+    with pytest.raises(SettingsError, match=r"MAX_CLOCK_SKEW_MS.*< LEASE_SECONDS/4"):
+        load(MAX_CLOCK_SKEW_MS="1" + "0" * 400)
+
+
+def test_the_cli_reads_the_clock_skew_alone() -> None:
+    assert max_clock_skew_ms_from({}) == 1000
+    assert max_clock_skew_ms_from({"MAX_CLOCK_SKEW_MS": "250"}) == 250
+    for value, rule in (("nan", "must be a finite number"), ("-1", "must be >= 0"), ("x", "an integer")):
+        with pytest.raises(SettingsError, match=rule):
+            max_clock_skew_ms_from({"MAX_CLOCK_SKEW_MS": value})

@@ -164,18 +164,22 @@ def _number(env: Mapping[str, str], name: str, default: float, parse: Callable[[
         return default
     text = raw.strip()
     try:
-        as_float = float(text)
+        value = parse(text)
     except ValueError:
-        as_float = 0.0  # not a number at all: `parse` below says so with the variable's kind
-    # float() reads "nan", "inf", "-Infinity" and overflows "1e999" to inf: refuse them all here,
-    # for integer variables too, with the rule rather than a bare "must be an integer".
-    if not math.isfinite(as_float):
-        raise SettingsError(name, raw, NOT_FINITE_RULE)
-    try:
-        return parse(text)
-    except ValueError:
+        # int() refuses "nan", "inf" and "1e999" too: say why when that is the reason.
         kind = "an integer" if parse is int else "a number"
-        raise SettingsError(name, raw, f"must be {kind}") from None
+        raise SettingsError(name, raw, NOT_FINITE_RULE if _non_finite(text) else f"must be {kind}") from None
+    # float() reads "nan", "inf", "-Infinity", and overflows "1e999" to inf.
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SettingsError(name, raw, NOT_FINITE_RULE)
+    return value
+
+
+def _non_finite(text: str) -> bool:
+    try:
+        return not math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 def max_clock_skew_ms_from(env: Mapping[str, str]) -> int:
