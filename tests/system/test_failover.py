@@ -22,6 +22,8 @@ from leaseworker.worker.fenced import EXIT_FENCED
 from leaseworker.worker.peers import TAKEOVER_STEP_SECONDS
 
 N_CONNECTIONS = 30
+# Per connection. moto's Kinesis (the arbiter) takes a few hundred records a second here.
+FEED_RATE = 5.0
 CONNECT_ALLOWANCE_S = 1.5  # connect + subscribe + scheduling on a loaded 2-core machine
 # DESIGN.md §2c L1. Connection mode: the lease expires, then one reconcile finds it. Session
 # mode: the counter stands still for one lease on an observer's clock, first seen up to one
@@ -79,7 +81,7 @@ def balanced(fleet: Fleet, alive: set[str]) -> bool:
 @pytest.fixture(params=["connection", "session"])
 def fleet(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Fleet]:
     with Fleet(
-        tmp_path, timings=FAST, feed_rate=20.0, lease_mode=request.param, kinesis_stream="records"
+        tmp_path, timings=FAST, feed_rate=FEED_RATE, lease_mode=request.param, kinesis_stream="records"
     ) as running:
         yield running
 
@@ -157,7 +159,7 @@ def run_scenarios(fleet: Fleet, ids: list[str], alive: set[str], sampler: Checkp
     assert not stale, f"the paused worker's records arrived after its successor's: {stale[:5]}"
     report = check_arrivals(arrivals, sampler.samples)
     records = by_connection(arrivals)
-    assert report.ok, report.violations
+    assert report.ok, (report.violations, around_gaps(records))
     assert report.connections == N_CONNECTIONS
 
     # A graceful handoff replays nothing: the release carried the final checkpoint.
@@ -182,6 +184,17 @@ def wait_for_subscribes(
 
     wait_until(done, 20, f"new subscriptions for {sorted(ids - set(found))}")
     return found
+
+
+def around_gaps(records: dict[str, list[Delivered]]) -> dict[str, list[tuple[int, int, str]]]:
+    """For a failure message: (seq, epoch, worker) of the records next to each missing seq."""
+    near: dict[str, list[tuple[int, int, str]]] = {}
+    for cid, delivered in records.items():
+        seqs = {r.seq for r in delivered}
+        gaps = [seq for seq in range(min(seqs), max(seqs)) if seq not in seqs] if seqs else []
+        if gaps:
+            near[cid] = [(r.seq, r.epoch, r.worker_id) for r in delivered if abs(r.seq - gaps[0]) <= 2]
+    return near
 
 
 def stale_after_takeover(arrivals: list[Delivered], held: set[tuple[str, int]]) -> list[Delivered]:

@@ -188,7 +188,8 @@ def start_moto_server(
     *, port: int | None = None, log_path: Path | None = None, timeout: float = 30.0
 ) -> ManagedProcess:
     port = port or free_port()
-    argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    # Our launcher: moto with its Kinesis sequence-number race fixed (see local/moto_server.py).
+    argv = [sys.executable, "-m", "leaseworker.local.moto_server", "-H", "127.0.0.1", "-p", str(port)]
     process = spawn("moto-server", argv, port=port, log_path=log_path)
     _wait_http(f"http://127.0.0.1:{port}/moto-api/", process, timeout)
     return process
