@@ -135,7 +135,9 @@ def world(dynamodb_endpoint: str, moto_endpoint: str, tmp_path: Path, marker: st
     now = str(int(time.time() * 1000))
     session = {"desired_state": {"S": "WORKER"}, "lease_expires_at_ms": {"N": "0"}, "hb": {"N": "7"}}
     for key, attributes in ((f"worker#{worker_id}", session), (f"worker#{worker_id}#ckpt", {})):
-        ddb.put_item(TableName=table, Item={"connection_id": {"S": key}, "updated_at_ms": {"N": now}, **attributes})
+        ddb.put_item(
+            TableName=table, Item={"connection_id": {"S": key}, "updated_at_ms": {"N": now}, **attributes}
+        )
     for cid, owner in [*((cid, worker_id) for cid in OWNED), ("feed-other", "someone-else")]:
         ddb.put_item(
             TableName=table,
@@ -242,4 +244,3 @@ def test_a_child_that_exits_non_zero_after_sigterm_is_fenced(world: World) -> No
     assert status == 3, stderr
     assert world.session_item()["fence_kind"] == {"S": "confirmed"}
     assert "exited with status 3" in world.session_item()["fence_reason"]["S"]
-

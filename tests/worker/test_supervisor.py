@@ -115,7 +115,15 @@ class Supervised:
             **env,
         }
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "leaseworker.supervisor", "--", sys.executable, str(script), str(self.log)],
+            [
+                sys.executable,
+                "-m",
+                "leaseworker.supervisor",
+                "--",
+                sys.executable,
+                str(script),
+                str(self.log),
+            ],
             env=environment,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -166,7 +174,8 @@ def test_signals_are_forwarded_and_a_clean_exit_is_the_supervisors(
     assert set(order) | {signal.SIGTERM} == FORWARDED_SIGNALS
     for signum in order:
         sup.popen.send_signal(signum)
-        wait_for(lambda s=signum: s.name in sup.lines(), f"the child to receive {signum.name}")
+        name = signum.name
+        wait_for(lambda: name in sup.lines(), f"the child to receive {name}")
     sup.popen.send_signal(signal.SIGTERM)
     status, stderr = sup.finish()
     assert sup.lines()[1:] == [s.name for s in order] + ["SIGTERM"]
@@ -265,7 +274,9 @@ try:
 except ChildProcessError:
     print("none-left")
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=True
+    )
     assert done.stdout.split() == ["7", "none-left"]
 
 
