@@ -133,6 +133,9 @@ class Supervised:
     def lines(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
 
+    def received(self, name: str) -> Callable[[], bool]:
+        return lambda: name in self.lines()
+
     def child_pid(self) -> int:
         wait_for(lambda: any(line.startswith("ready ") for line in self.lines()), "the child to start")
         return int(next(line for line in self.lines() if line.startswith("ready ")).split()[1])
@@ -174,8 +177,7 @@ def test_signals_are_forwarded_and_a_clean_exit_is_the_supervisors(
     assert set(order) | {signal.SIGTERM} == FORWARDED_SIGNALS
     for signum in order:
         sup.popen.send_signal(signum)
-        name = signum.name
-        wait_for(lambda: name in sup.lines(), f"the child to receive {name}")
+        wait_for(sup.received(signum.name), f"the child to receive {signum.name}")
     sup.popen.send_signal(signal.SIGTERM)
     status, stderr = sup.finish()
     assert sup.lines()[1:] == [s.name for s in order] + ["SIGTERM"]
