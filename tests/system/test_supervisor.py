@@ -188,7 +188,7 @@ def test_a_killed_child_is_fenced_as_confirmed_and_its_connections_hinted(
     assert "killed by SIGKILL" in session["fence_reason"]["S"]
     assert session["hb"] == {"N": "7"}  # nothing else touched
     assert world.session_item("#ckpt")["fence_kind"] == {"S": "confirmed"}
-    hinted = sorted(json.loads(body)["connection_id"] for body in world.hints())
+    hinted = sorted({json.loads(body)["connection_id"] for body in world.hints()})
     assert hinted == OWNED  # and not feed-other, which someone else holds
     log = json.loads(stderr.strip().splitlines()[-1])
     assert log["session"] == "fenced" and log["hinted"] == 3 and log["finished"], log
@@ -210,7 +210,7 @@ def test_a_fence_already_there_is_left_alone(world: World) -> None:
     session = world.session_item()
     assert session["fenced_by"] == {"S": "observer-1"}
     assert session["fence_kind"] == {"S": "suspected"}
-    assert len(world.hints()) == 3  # the hints still help the claimers
+    assert {json.loads(body)["connection_id"] for body in world.hints()} == set(OWNED)  # still useful
 
 
 def test_a_paused_child_is_never_fenced(world: World) -> None:
@@ -244,3 +244,108 @@ def test_a_child_that_exits_non_zero_after_sigterm_is_fenced(world: World) -> No
     assert status == 3, stderr
     assert world.session_item()["fence_kind"] == {"S": "confirmed"}
     assert "exited with status 3" in world.session_item()["fence_reason"]["S"]
+
+
+# ------------------------------------------------------------------ with the real worker
+
+
+@dataclass
+class RealWorker:
+    popen: subprocess.Popen[str]
+    worker_id: str
+
+    def child(self) -> int:
+        children = Path(f"/proc/{self.popen.pid}/task/{self.popen.pid}/children").read_text().split()
+        assert len(children) == 1, children
+        return int(children[0])
+
+
+@pytest.fixture
+def feed_url(tmp_path: Path, marker: str) -> Iterator[str]:
+    feed = subprocess.Popen(
+        [sys.executable, "-m", "leaseworker.feed", "--port", "0", "--rate", "20"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, MARKER_VAR: marker},
+    )
+    assert feed.stdout is not None
+    yield str(json.loads(feed.stdout.readline())["feed"])
+    feed.send_signal(signal.SIGTERM)
+    feed.wait(30)
+
+
+def owned_by(world: World, worker_id: str) -> list[str]:
+    items = world.ddb.scan(TableName=world.table, ConsistentRead=True)["Items"]
+    return sorted(i["connection_id"]["S"] for i in items if i.get("lease_owner", {}).get("S") == worker_id)
+
+
+def start_real_worker(world: World, worker_id: str, endpoint: str) -> RealWorker:
+    env = {
+        **world.env,
+        "LEASE_SECONDS": "3",
+        "HEARTBEAT_SECONDS": "1",
+        "RECONCILE_SECONDS": "1",
+        "MAX_CLOCK_SKEW_MS": "200",
+        "SHUTDOWN_GRACE_SECONDS": "10",
+        "SINK": "null",
+        "LOG_LEVEL": "WARNING",
+    }
+    del env["WORKER_ID"]  # `leaseworker run` decides it, from --worker-id here
+    argv = [sys.executable, "-m", "leaseworker", "--table", world.table, "--endpoint-url", endpoint]
+    popen = subprocess.Popen(
+        [*argv, "run", "--worker-id", worker_id],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return RealWorker(popen, worker_id)
+
+
+def wait_for(predicate: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_leaseworker_run_supervises_the_real_worker(
+    world: World, feed_url: str, dynamodb_endpoint: str
+) -> None:
+    """`leaseworker run` end to end: SIGTERM gives the graceful exit 0 and no fence; SIGKILL of the
+    worker child gives a confirmed fence on its session item and a hint per connection it held."""
+    real = ["real-a", "real-b", "real-c"]
+
+    async def add() -> None:
+        async with local_dynamodb(dynamodb_endpoint) as client:
+            admin = LeaseTableAdmin(client, world.table)
+            for cid in real:
+                await admin.add(cid, f"{feed_url}/{cid}")
+
+    for cid in [*OWNED, "feed-other"]:  # the fixture's stand-ins: not this test's business
+        world.ddb.delete_item(TableName=world.table, Key={"connection_id": {"S": cid}})
+    asyncio.run(add())
+
+    graceful = start_real_worker(world, "real-term", dynamodb_endpoint)
+    wait_for(lambda: owned_by(world, "real-term") == real, "the worker to own every connection")
+    graceful.popen.send_signal(signal.SIGTERM)
+    status, stderr = finish(graceful.popen, timeout=15)
+    assert status == 0, stderr
+    assert owned_by(world, "real-term") == []  # released, not left to expire
+    key = {"connection_id": {"S": "worker#real-term"}}
+    assert "fenced_by" not in world.ddb.get_item(TableName=world.table, Key=key).get("Item", {})
+    world.hints()  # drain the release notifications
+
+    crashing = start_real_worker(world, "real-kill", dynamodb_endpoint)
+    wait_for(lambda: owned_by(world, "real-kill") == real, "the worker to own every connection")
+    key = {"connection_id": {"S": "worker#real-kill"}}
+    wait_for(lambda: "Item" in world.ddb.get_item(TableName=world.table, Key=key), "its first heartbeat")
+    os.kill(crashing.child(), signal.SIGKILL)
+    status, stderr = finish(crashing.popen)
+    assert status == 137, stderr
+    session = world.ddb.get_item(TableName=world.table, Key=key, ConsistentRead=True)["Item"]
+    assert session["fence_kind"] == {"S": "confirmed"}
+    assert session["fenced_by"] == {"S": "supervisor:real-kill"}
+    # The dead child's own long poll may have taken the first round: the repeat must get through.
+    assert sorted({json.loads(body)["connection_id"] for body in world.hints()}) == real

@@ -238,23 +238,34 @@ def encode_hint(connection_id: str) -> str:
 
 
 def send_hints(sqs: SQSCalls, queue_url: str, connection_ids: Sequence[str], errors: list[str]) -> int:
-    """Send one hint per connection in batches of 10, several batches at once; returns how many
-    SQS accepted. Failures are appended to `errors`: a hint is only a fast path (DESIGN.md §6)."""
+    """Send one hint per connection in batches of 10; returns how many connections got at least
+    one hint accepted. Failures go to `errors`: a hint is only a fast path (DESIGN.md §6).
 
-    def send(batch: Sequence[str]) -> int:
+    The dead child's own long poll (ReceiveMessage, up to 20 s, 10 messages) may still be open
+    at SQS: it would take the first hints that land and hide them for the queue's visibility
+    timeout, answering a socket nobody reads. So the first batch goes alone, as the one such a
+    poll can take, then the rest, several batches at once, and that first batch again."""
+    batches = list(_batches(connection_ids, HINT_BATCH_SIZE))
+    if not batches:
+        return 0
+
+    def send(batch: Sequence[str]) -> set[str]:
         entries = [{"Id": str(i), "MessageBody": encode_hint(cid)} for i, cid in enumerate(batch)]
         try:
             response = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
         except Exception as error:
             errors.append(f"hints for {len(batch)} connections: {type(error).__name__}: {error}")
-            return 0
+            return set()
         failed = response.get("Failed", [])
         if failed:
             errors.append(f"{len(failed)} hints refused: {failed[0].get('Message', failed[0])}")
-        return len(response.get("Successful", []))
+        return {batch[int(entry["Id"])] for entry in response.get("Successful", [])}
 
+    hinted = send(batches[0])
     with ThreadPoolExecutor(max_workers=HINT_SENDERS, thread_name_prefix="hint") as pool:
-        return sum(pool.map(send, _batches(connection_ids, HINT_BATCH_SIZE)))
+        for accepted in pool.map(send, [*batches[1:], batches[0]]):
+            hinted |= accepted
+    return len(hinted)
 
 
 def _batches(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
