@@ -27,6 +27,7 @@ import pytest
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.local.services import LOCAL_CREDENTIALS, local_dynamodb
 from leaseworker.supervisor.fence import GSI_BY_OWNER
+from leaseworker.supervisor.process import child_pids
 from tests.system.procscan import MARKER_VAR
 
 CHILD = """
@@ -255,9 +256,9 @@ class RealWorker:
     worker_id: str
 
     def child(self) -> int:
-        children = Path(f"/proc/{self.popen.pid}/task/{self.popen.pid}/children").read_text().split()
+        children = child_pids(self.popen.pid)
         assert len(children) == 1, children
-        return int(children[0])
+        return children[0]
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import pytest
 from leaseworker.notify import encode_message
 from leaseworker.supervisor.fence import COND_CONFIRM_FENCE, encode_hint
 from leaseworker.supervisor.main import parse_args
-from leaseworker.supervisor.process import FORWARDED_SIGNALS, ChildExit
+from leaseworker.supervisor.process import FORWARDED_SIGNALS, ChildExit, child_pids
 
 # A child that records every forwarded signal it gets, one name a line; it exits on SIGTERM
 # with $EXIT_ON_TERM (default 0), or at once with $EXIT_AT_START when that is set.
@@ -223,6 +223,7 @@ def test_the_child_dies_with_the_supervisor(supervised: Callable[..., Supervised
     """A killed supervisor (locally: not PID 1) must not leave a live worker behind."""
     sup = supervised()
     child = sup.child_pid()
+    assert child_pids(sup.popen.pid) == [child]
     sup.popen.kill()
     sup.finish()
     wait_for(lambda: not _alive(child), "the orphaned child to die")

@@ -146,6 +146,17 @@ def reap_zombies(child: int) -> int | None:
             found = status
 
 
+def child_pids(supervisor_pid: int) -> list[int]:
+    """The supervisor's children, from /proc (Linux): how the local fleet finds the worker child
+    to kill it alone (an OOM-like death) rather than the whole group (a host-like death)."""
+    path = f"/proc/{supervisor_pid}/task/{supervisor_pid}/children"
+    try:
+        with open(path) as listing:
+            return [int(pid) for pid in listing.read().split()]
+    except FileNotFoundError:
+        return []
+
+
 def _parent_death_signal_setter() -> Callable[[], None] | None:
     """On Linux, a call that makes the kernel SIGKILL the calling process when its parent dies.
 
