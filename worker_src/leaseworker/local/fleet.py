@@ -149,7 +149,7 @@ class Fleet:
         for worker in list(self.workers.values()):
             if worker.process.alive():
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(worker.pid, signal.SIGCONT)
+                    os.killpg(worker.pid, signal.SIGCONT)  # the worker child too
             worker.process.stop(timeout=self.timings.shutdown_grace_seconds + 2)
         for service in (self.feed, self.moto, self.dynamodb):
             if service is not None:
@@ -294,9 +294,11 @@ class Fleet:
         return worker
 
     def signal(self, name: str, signum: int) -> float:
-        """Send `signum` to a worker; returns the wall-clock time (s) it was sent."""
+        """Send `signum` to a worker's process group (its supervisor and the worker child, in their
+        own session): SIGSTOP pauses both, SIGKILL is a host-like death. Returns the wall-clock
+        time (s) it was sent."""
         sent = time.time()
-        os.kill(self.workers[name].pid, signum)
+        os.killpg(self.workers[name].pid, signum)
         return sent
 
     def wait_exit(self, name: str, timeout: float) -> int | None:
