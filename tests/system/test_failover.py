@@ -149,8 +149,10 @@ def run_scenarios(fleet: Fleet, ids: list[str], alive: set[str], sampler: Checkp
     fleet.signal("w3", signal.SIGCONT)
     # Its peers fenced its session while it was paused: it learns so at its next heartbeat,
     # drops everything and exits with the fenced status (DESIGN.md §2.0), never delivering.
-    assert fleet.wait_exit("w3", 10) == EXIT_FENCED
-    assert "our session is fenced" in (fleet.logs / "w3.log").read_text()
+    status = fleet.wait_exit("w3", 10)
+    log = (fleet.logs / "w3.log").read_text()
+    assert status == EXIT_FENCED, (status, log.splitlines()[-8:])
+    assert "our session is fenced" in log
 
     sampler.halt.set()
     sampler.join()

@@ -201,8 +201,13 @@ class Worker:
         self._stop_acquiring.set()
         try:
             async with asyncio.timeout(budget):
-                # Leave the fleet first, so that peers' fair share grows before our hints reach them.
-                await self._withdraw()
+                # Leave the fleet (peers stop counting us) while the sockets close: the withdrawal
+                # is one small write, a close handshake is longer, so it lands before our first
+                # hint, and the handoff does not wait one more round trip for it.
+                withdrawal = asyncio.create_task(self._withdraw())
+                for owned in list(registry.owned.values()):
+                    owned.session.request_release("worker shutting down")
+                await withdrawal
                 # Each session closes with 1001, hands its last batch to the sink, then its
                 # wrapper releases the lease with the final checkpoint and notifies peers.
                 # A claim that was in flight is released (with a hint) as soon as it lands.
