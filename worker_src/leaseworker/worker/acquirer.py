@@ -152,24 +152,24 @@ class Acquirer:
         *,
         attempt: Callable[[], Awaitable[AcquireResult]] | None = None,
         takeover_since_ms: int | None = None,
-    ) -> bool:
+    ) -> AcquireResult | None:
         """Claim one connection (free by default; `attempt` claims it another way, e.g. from a
         fenced peer). It counts as "claiming" until its session is registered or the lease is
         given back, so a shutdown that begins meanwhile waits for it (never orphaned).
-        True when a session was started."""
+        The write's result (Lost names the holder), or None when no claim was attempted."""
         if self._registry.busy(connection_id) or self._stop.is_set() or self.capacity() <= 0:
-            return False
+            return None
         self._registry.claiming.add(connection_id)  # counted by capacity() from here on
         try:
             async with self._gate:
                 result = await self._attempt(connection_id, attempt)
             if not isinstance(result, Acquired):
-                return False
+                return result
             if self._stop.is_set():
                 await self._give_back(result)
-                return False
+                return result
             self._start(result, takeover_since_ms)  # registered as owned before it stops being a claim
-            return True
+            return result
         finally:
             self._registry.claiming.discard(connection_id)
 

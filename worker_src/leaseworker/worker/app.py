@@ -128,6 +128,7 @@ class Worker:
             acquirer=self._acquirer,
             notifier=notifier,
             stop_acquiring=self._stop_acquiring,
+            holder_check=self._peers.check_holder,
         )
 
     @property

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.model import STARTED, MalformedItem
 from leaseworker.lease.ownership import Ownership
+from leaseworker.lease.store import Lost
 from leaseworker.notify import Notifier
 from leaseworker.observability.logging import get_logger
 from leaseworker.worker.acquirer import Acquirer
@@ -42,7 +43,9 @@ class Hints:
         acquirer: Acquirer,
         notifier: Notifier,
         stop_acquiring: asyncio.Event,
+        holder_check: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
+        self._holder_check = holder_check
         self._ownership = ownership
         self._registry = registry
         self._acquirer = acquirer
@@ -70,7 +73,11 @@ class Hints:
             if acquirer.capacity() <= 0:
                 await self.pass_on(connection_id)
                 return
-            await acquirer.claim(connection_id)
+            result = await acquirer.claim(connection_id)
+            if isinstance(result, Lost) and result.holder and self._holder_check is not None:
+                # Held: by a live peer, or by one the supervisor just saw die (its hints are
+                # how we hear of it before our next listing): look at the holder's session.
+                await self._holder_check(result.holder)
             return
         session = owned.session
         try:

@@ -19,6 +19,7 @@ The listing also feeds fair share: the live peers' published load and capacity.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass
 
@@ -44,6 +45,7 @@ from leaseworker.worker.waits import wait_any
 logger = get_logger(__name__)
 
 TAKEOVER_STEP_SECONDS = 0.25
+HOLDER_CHECK_SECONDS = 1.0
 REAP_AFTER_LEASES = 2
 
 
@@ -87,6 +89,8 @@ class PeerWatch:
         self._group: asyncio.TaskGroup | None = None
         self.peers: tuple[PeerLoad, ...] = ()
         self._orphaned: dict[str, int] = {}  # fenced peer -> its claimable connections, last sweep
+        self._live: list[str] = []  # the live workers at the last listing, for rendezvous
+        self._checked: dict[str, float] = {}  # holder -> when a hint last made us look
 
     @property
     def orphaned(self) -> int:
@@ -116,6 +120,7 @@ class PeerWatch:
                 if v.state is PeerState.LIVE and v.worker_id != self._me and v.session is not None
             )
             live = live_worker_ids(verdicts)
+            self._live = live
             for verdict in verdicts:
                 if verdict.worker_id == self._me:
                     continue
@@ -133,6 +138,26 @@ class PeerWatch:
                     await self._take_over(
                         verdict.worker_id, kind, since or now_ms(), live, fenced_at_ms=session.fenced_at_ms
                     )
+
+    async def check_holder(self, holder: str) -> None:
+        """A hint led us to a connection `holder` still holds: if its session is fenced (the
+        supervisor fences a dead child at once and then hints), take over from it now rather
+        than at our next listing. At most once per holder per HOLDER_CHECK_SECONDS."""
+        now = time.monotonic()
+        if holder == self._me or now - self._checked.get(holder, -math.inf) < HOLDER_CHECK_SECONDS:
+            return
+        self._checked[holder] = now
+        try:
+            session = await self._sessions.get(holder)
+        except StoreError as error:
+            logger.warning("could not read a holder's session", extra={"peer": holder, "error": str(error)})
+            return
+        if session is None or not session.fenced or self._stop.is_set():
+            return
+        kind = CONFIRMED if session.fence_kind == CONFIRMED else SUSPECTED
+        since = session.fenced_at_ms if kind == CONFIRMED else session.updated_at_ms
+        live = [*self._live] if self._me in self._live else [*self._live, self._me]
+        await self._take_over(holder, kind, since or now_ms(), live, fenced_at_ms=session.fenced_at_ms)
 
     async def _fence(self, verdict: Verdict) -> bool:
         reason = f"hb {verdict.hb} unchanged for {verdict.still_for:.1f} s on {self._me}'s clock"
