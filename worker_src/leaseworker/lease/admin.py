@@ -299,6 +299,16 @@ class LeaseTableAdmin:
             raise UnknownConnection(connection_id)
         return plain(item)
 
+    async def raw_item(self, key: str) -> dict[str, Any] | None:
+        """Any item by key, a worker's own included (`worker#<id>`), as plain values."""
+        response = await self._run(
+            self._client.get_item(
+                TableName=self._table, Key={"connection_id": {"S": key}}, ConsistentRead=True
+            )
+        )
+        item = response.get("Item")
+        return plain(item) if item else None
+
     async def list(self) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         start_key: dict[str, Any] | None = None

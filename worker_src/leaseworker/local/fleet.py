@@ -301,6 +301,27 @@ class Fleet:
         os.killpg(self.workers[name].pid, signum)
         return sent
 
+    def signal_child(self, name: str, signum: int) -> float:
+        """Send `signum` to the worker child alone, not its supervisor: SIGKILL is then a
+        process death the supervisor sees (an OOM-like death, DESIGN.md §2e)."""
+        from leaseworker.supervisor.process import child_pids
+
+        children = child_pids(self.workers[name].pid)
+        if not children:
+            raise ServiceError(f"worker {name} has no child process")
+        sent = time.time()
+        os.kill(children[0], signum)
+        return sent
+
+    def session(self, name: str) -> dict[str, Any] | None:
+        """A worker's session item (`worker#<name>`) as plain values, or None."""
+
+        async def read(admin: LeaseTableAdmin) -> dict[str, Any] | None:
+            return await admin.raw_item(f"worker#{name}")
+
+        result: dict[str, Any] | None = asyncio.run(self._admin(read))
+        return result
+
     def wait_exit(self, name: str, timeout: float) -> int | None:
         try:
             return self.workers[name].process.popen.wait(timeout)
