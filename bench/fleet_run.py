@@ -37,7 +37,11 @@ FULL = Config("full", scale=0.25, workers=4, connections=80, steady_seconds=60.0
 TINY = Config(
     "tiny", scale=0.1, workers=2, connections=4, steady_seconds=2.0, kills=1, terms=0, listing_counts=(4, 8)
 )
-CONFIGS = {c.name: c for c in (QUICK, FULL, TINY)}
+# The smoke test's: one worker, no faults; it only proves the code runs and the JSON has its shape.
+SMOKE = Config(
+    "smoke", scale=0.1, workers=1, connections=2, steady_seconds=1.0, kills=0, terms=0, listing_counts=(2, 4)
+)
+CONFIGS = {c.name: c for c in (QUICK, FULL, TINY, SMOKE)}
 
 
 def run_design(design: Design, config: Config) -> dict[str, Any]:
