@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from bench.model import totals, workers_for
+from bench.model import PARTITION_WRU_CEILING, totals, workers_for
 
 CONNECTION_AXIS = (60, 100, 200, 500, 1000, 2000, 5000, 10000)
 
@@ -65,6 +65,26 @@ def units_plot(results: dict[str, Any], path: Path) -> None:
     plt.close(figure)
 
 
+def partition_plot(results: dict[str, Any], path: Path) -> None:
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for name, result in results["designs"].items():
+        rates = [
+            totals(result, n, workers_for(n))["hottest_index_partition_wru_per_s"] for n in CONNECTION_AXIS
+        ]
+        axis.plot(CONNECTION_AXIS, rates, marker="o", label=name)
+    axis.axhline(PARTITION_WRU_CEILING, color="r", linestyle="--", label="1,000 WRU/s per partition")
+    axis.set_xscale("log")
+    axis.set_xlabel("connections")
+    axis.set_ylabel("WRU/s on the hottest index partition (steady state)")
+    axis.set_title("P7 index hot partition")
+    axis.grid(alpha=0.3, which="both")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def write_plots(results: dict[str, Any], out: Path) -> None:
     takeover_plot(results, out / "takeover.png")
     units_plot(results, out / "units.png")
+    partition_plot(results, out / "partition.png")
