@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import tempfile
 import time
@@ -44,10 +45,15 @@ SMOKE = Config(
 CONFIGS = {c.name: c for c in (QUICK, FULL, TINY, SMOKE)}
 
 
-def run_design(design: Design, config: Config) -> dict[str, Any]:
+def run_design(design: Design, config: Config, *, keep: Path | None = None) -> dict[str, Any]:
+    """Run `design`; with `keep`, its fleet's logs and sink stay in keep/<design>."""
     timings = design.timings(config.scale)
     bound = timings.lease_seconds + timings.reconcile_seconds + timings.max_clock_skew_ms / 1000 + 15
-    with tempfile.TemporaryDirectory(prefix=f"bench-{design.name}-") as root:
+    with contextlib.ExitStack() as stack:
+        if keep:
+            root = str(keep / design.name)
+        else:
+            root = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"bench-{design.name}-"))
         fleet = Fleet(
             Path(root),
             timings=timings,

@@ -51,12 +51,12 @@ def machine() -> dict[str, Any]:
     }
 
 
-def run(config: Config, designs: list[str] | None = None) -> dict[str, Any]:
+def run(config: Config, designs: list[str] | None = None, *, keep: Path | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for design in runnable():
         if designs and design.name not in designs:
             continue
-        result = run_design(design, config)
+        result = run_design(design, config, keep=keep)
         result |= {"connections": config.connections, "workers": config.workers}
         result["measured"] = measured_totals(result)
         result["fleets"] = {str(n): totals(result, n, workers_for(n)) for n in FLEET_SIZES}
@@ -95,9 +95,10 @@ def main() -> None:
     parser.add_argument("--design", action="append", help="run only this design (repeatable)")
     parser.add_argument("--out", type=Path, default=Path("docs/bench"), help="results.json and plots go here")
     parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"), help="the markdown report")
+    parser.add_argument("--keep", type=Path, help="keep each design's fleet logs and sink under this folder")
     parser.add_argument("--no-docs", action="store_true", help="write the JSON only")
     args = parser.parse_args()
-    results = run(CONFIGS[args.mode], args.design)
+    results = run(CONFIGS[args.mode], args.design, keep=args.keep)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(_finite(results), indent=1, sort_keys=True) + "\n")
     if not args.no_docs:
