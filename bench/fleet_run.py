@@ -34,7 +34,7 @@ class Config:
 
 
 QUICK = Config("quick", scale=0.2, workers=4, connections=60, steady_seconds=15.0, kills=2, terms=2)
-FULL = Config("full", scale=0.25, workers=4, connections=80, steady_seconds=60.0, kills=4, terms=4)
+FULL = Config("full", scale=0.25, workers=4, connections=80, steady_seconds=45.0, kills=3, terms=3)
 TINY = Config(
     "tiny", scale=0.1, workers=2, connections=4, steady_seconds=2.0, kills=1, terms=0, listing_counts=(4, 8)
 )

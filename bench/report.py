@@ -194,6 +194,23 @@ def _targets(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+NOTES = [
+    "- The seed row runs our worker with the seed's parameters (connection mode, reconcile 60 s, no "
+    "skew allowance, no hints); it is not the seed's code, so it already has our fencing and deadlines.",
+    "- DynamoDB Local reports 0 read units for a Query that returns nothing; DynamoDB charges the "
+    "minimum (0.5 RRU, eventually consistent), which is what the rules column and every total use.",
+    "- Failed conditional writes (lost races) cost 1 WRU each on DynamoDB; the steady window has "
+    "almost none, and they are counted under their kind at the successful price.",
+    "- Session-mode takeover tail (diagnosed with `--keep`, 2026-12-03): the fence lands L to L + H "
+    "after the kill and most claims follow within 30 ms, but a few connections are claimed one or "
+    "two peers rounds (heartbeats) later, beyond L + H. Part of the tail is an artefact of scaling: "
+    "the rendezvous step `TAKEOVER_STEP_SECONDS = 0.25` (worker/peers.py) does not scale with the "
+    "timings, so in a run scaled x0.2 each rank's delay reads as 1.25 s real. Connection mode's "
+    "tail is the reconcile period plus the skew allowance, as designed.",
+    "- Scaled runs on a 2-core machine shared with DynamoDB Local, the feed and 4 workers: any "
+    "scheduling delay is multiplied by 1/scale when converted to real seconds.",
+]
+
 NOT_DONE = [
     "- P1 for session mode + the supervisor (and the process-group kill): the supervisor is not on "
     "main yet; `bench/designs.py` has the `session+supervisor` entry to switch on.",
@@ -271,6 +288,10 @@ def write_report(results: dict[str, Any], doc: Path, out: Path) -> None:
         "## Targets",
         "",
         *_targets(results),
+        "",
+        "## Notes",
+        "",
+        *NOTES,
         "",
         "## Not measured yet",
         "",
