@@ -205,8 +205,10 @@ NOTES = [
     "after the kill and most claims follow within 30 ms, but a few connections are claimed one or "
     "two peers rounds (heartbeats) later, beyond L + H. Part of the tail is an artefact of scaling: "
     "the rendezvous step `TAKEOVER_STEP_SECONDS = 0.25` (worker/peers.py) does not scale with the "
-    "timings, so in a run scaled x0.2 each rank's delay reads as 1.25 s real. Connection mode's "
-    "tail is the reconcile period plus the skew allowance, as designed.",
+    "timings, so each rank's delay reads as 0.25 / scale s real (1 s at x0.25).",
+    "- Tails beyond one period (seed P1 above L + R, P2 above R; connection and session P2 in the "
+    "tens of seconds) are connections claimed in a later round than the first: not yet profiled; "
+    "the likely cause is the fair-share cap on how many connections a worker claims per round.",
     "- Scaled runs on a 2-core machine shared with DynamoDB Local, the feed and 4 workers: any "
     "scheduling delay is multiplied by 1/scale when converted to real seconds.",
 ]

@@ -97,10 +97,14 @@ def main() -> None:
     parser.add_argument("--doc", type=Path, default=Path("docs/benchmarks.md"), help="the markdown report")
     parser.add_argument("--keep", type=Path, help="keep each design's fleet logs and sink under this folder")
     parser.add_argument("--no-docs", action="store_true", help="write the JSON only")
+    parser.add_argument("--report-only", action="store_true", help="re-render docs from <out>/results.json")
     args = parser.parse_args()
-    results = run(CONFIGS[args.mode], args.design, keep=args.keep)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(_finite(results), indent=1, sort_keys=True) + "\n")
+    if args.report_only:
+        results = json.loads((args.out / "results.json").read_text())
+    else:
+        results = run(CONFIGS[args.mode], args.design, keep=args.keep)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(_finite(results), indent=1, sort_keys=True) + "\n")
     if not args.no_docs:
         from bench.plots import write_plots
         from bench.report import write_report
