@@ -7,14 +7,14 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export CDK_DISABLE_VERSION_CHECK := 1
 
-.PHONY: help deps java-check lint typecheck test test-fast demo synth deploy bench image clean
+.PHONY: help deps java-check lint typecheck test test-fast demo synth deploy bench bench-quick image clean
 
 help:
 	@echo "make demo    - the local fleet: DynamoDB Local, a feed, workers, a live view"
 	@echo "make test    - install everything, then ruff, mypy --strict and every test"
 	@echo "make synth   - cdk synth, offline"
 	@echo "make deploy  - checks, service-linked roles, cdk bootstrap + deploy to your credentials' account (DEPLOY_ARGS=\"-c stage=prod\")"
-	@echo "make bench   - lease-protocol benchmarks (not part of make test)"
+	@echo "make bench   - benchmarks, every design side by side (BENCH=quick: ~5 min); docs/benchmarks.md"
 	@echo "make image   - docker build worker_src and run --help in it (skipped without a Docker engine)"
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt worker_src/requirements.txt worker_src/pyproject.toml
@@ -63,8 +63,13 @@ synth: deps
 deploy: deps
 	$(CDK_PATH) bash scripts/deploy.sh $(DEPLOY_ARGS)
 
+# BENCH=quick (about 5 minutes) or BENCH=full; on a shared machine run it under the system lock.
+BENCH ?= full
 bench: deps
-	$(BIN)/python bench/lease_bench.py
+	$(BIN)/python -m bench.run --mode $(BENCH)
+
+bench-quick:
+	$(MAKE) bench BENCH=quick
 
 # The worker image as CDK builds it, then started once: read-only root, /tmp writable (as on ECS).
 DOCKER := $(or $(CDK_DOCKER),docker)
