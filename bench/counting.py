@@ -69,7 +69,14 @@ class CapturingProxy(TcpProxy):
         super().__init__(target_host, target_port)
         self.captured = Captured()
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, count: bool) -> None:
+    async def _pipe(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        count: bool,
+        half_close: bool = False,
+    ) -> None:
         pending = bytearray()
         while data := await reader.read(65536):
             if count:
@@ -77,6 +84,9 @@ class CapturingProxy(TcpProxy):
                 self._parse(pending)
             writer.write(data)
             await writer.drain()
+        if half_close:
+            writer.write_eof()
+            return
         writer.transport.abort()
 
     def _parse(self, pending: bytearray) -> None:
