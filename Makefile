@@ -31,6 +31,7 @@ java-check:
 	@bash scripts/check-java.sh
 
 deps: $(BIN)/.installed node_modules/.installed java-check
+	@bash scripts/install-test-tools.sh
 
 lint: deps
 	$(BIN)/ruff check .
