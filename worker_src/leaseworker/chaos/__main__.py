@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from leaseworker.chaos.runner import RunConfig, run
-from leaseworker.chaos.schedule import ALL_KINDS, MODES, make_schedule
+from leaseworker.chaos.schedule import ALL_KINDS, MODES, SOAK_KINDS, SOAK_QUIET_S, make_schedule
 from leaseworker.unsafe import SWITCHES
 
 MAX_DURATION_S = 1800.0
@@ -36,19 +36,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--unsafe", choices=sorted(SWITCHES), default=None, help="a negative control (test only)"
     )
+    parser.add_argument(
+        "--soak", action="store_true", help="steady load, a fault every ~minute, 2 workers never faulted"
+    )
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON as well")
     args = parser.parse_args(argv)
     if not 10 <= args.duration <= MAX_DURATION_S:
         parser.error(f"--duration must be within 10..{MAX_DURATION_S:g} s")
-    kinds = tuple(k for k in args.kinds.split(",") if k)
+    kinds = SOAK_KINDS if args.soak else tuple(k for k in args.kinds.split(",") if k)
     unknown = set(kinds) - set(ALL_KINDS)
     if unknown:
         parser.error(f"unknown kinds {sorted(unknown)}; known: {', '.join(ALL_KINDS)}")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    schedule = make_schedule(seed, args.duration, args.mode, kinds=kinds)
+    quiet = SOAK_QUIET_S if args.soak else 0.0
+    schedule = make_schedule(seed, args.duration, args.mode, kinds=kinds, quiet_s=quiet)
     root = args.root or Path(tempfile.mkdtemp(prefix=f"chaos-{args.mode}-{seed}-"))
     verdict = run(
-        RunConfig(schedule, root, connections=args.connections, feed_rate=args.rate, unsafe=args.unsafe)
+        RunConfig(
+            schedule,
+            root,
+            connections=args.connections,
+            feed_rate=args.rate,
+            unsafe=args.unsafe,
+            protect=2 if args.soak else 0,
+        )
     )
     print(verdict.table())
     print(f"chaos: artifacts in {root}")

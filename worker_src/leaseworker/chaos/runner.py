@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ class RunConfig:
     feed_rate: float = 10.0
     timings: Timings = FAST
     unsafe: str | None = None  # a negative control: LEASEWORKER_UNSAFE_TEST_ONLY_DISABLE value
+    protect: int = 0  # base workers no process nemesis may pick (the soak measures their memory)
     verbose: bool = True
 
 
@@ -58,6 +60,7 @@ class ChaosRun:
     measures: list[Measure] = field(default_factory=list)
     log: list[dict[str, Any]] = field(default_factory=list)
     doomed: set[str] = field(default_factory=set)
+    protected: set[str] = field(default_factory=set)
     bad: list[str] = field(default_factory=list)
     _proxied: str | None = None
     _counter: int = 0
@@ -80,8 +83,12 @@ class ChaosRun:
         return self._proxied if self._proxied in self.alive() else None
 
     def victim(self, target: int, *, exclude_proxied: bool = False) -> str | None:
-        candidates = [w for w in self.alive() if not (exclude_proxied and w == self._proxied)]
-        if len(candidates) < 2:
+        candidates = [
+            w
+            for w in self.alive()
+            if w not in self.protected and not (exclude_proxied and w == self._proxied)
+        ]
+        if len(self.alive()) < 2 or not candidates:
             return None  # never take the last worker: nobody would be left to take over
         chosen = candidates[target % len(candidates)]
         self.doomed.add(chosen)
@@ -139,6 +146,8 @@ def run(config: RunConfig) -> Verdict:
         flush=True,
     )
     config.root.mkdir(parents=True, exist_ok=True)
+    for name, value in LOCAL_CREDENTIALS.items():  # this process reads the stream at the end
+        os.environ.setdefault(name, value)
     (config.root / "schedule.json").write_text(schedule.as_json())
     fleet = Fleet(
         config.root,
@@ -161,8 +170,10 @@ def _execute(chaos: ChaosRun) -> Verdict:
     ids = [f"c-{i:02d}" for i in range(config.connections)]
     fleet.add_connections(ids)
     chaos.start_worker(proxied=True)
-    for _ in range(BASE_WORKERS - 1):
-        chaos.start_worker()
+    for index in range(BASE_WORKERS - 1):
+        name = chaos.start_worker()
+        if index < config.protect:
+            chaos.protected.add(name)
     if not poll_until(lambda: _all_owned(chaos, ids), 60, interval=0.25):
         raise RuntimeError(f"the fleet did not own all {len(ids)} connections within 60 s")
     table, memory = TableSampler(fleet), MemorySampler(fleet)

@@ -23,6 +23,17 @@ UPSTREAM_KINDS: Final = ("upstream",)
 CLOCK_KINDS: Final = ("clock",)
 ALL_KINDS: Final = PROCESS_KINDS + DYNAMODB_KINDS + UPSTREAM_KINDS + CLOCK_KINDS
 MODES: Final = ("connection", "session")
+# The soak's periodic faults: none of them may take a protected (memory-measured) worker away.
+SOAK_KINDS: Final = (
+    "sigkill",
+    "sigstop",
+    "sigterm",
+    "ddb_latency",
+    "ddb_reset",
+    "ddb_throttle",
+    "ddb_blackhole",
+)
+SOAK_QUIET_S: Final = 45.0
 
 # DynamoDB latencies from the issue (0.3, 0.7, 3 s), meant against the production lease of 20 s:
 # applied as the same fraction of the run's lease.
@@ -85,8 +96,10 @@ def make_schedule(
     *,
     kinds: tuple[str, ...] = ALL_KINDS,
     timings: Timings = FAST,
+    quiet_s: float = 0.0,
 ) -> Schedule:
-    """Every kind once in a seeded order first (as long as they fit), then seeded random picks."""
+    """Every kind once in a seeded order first (as long as they fit), then seeded random picks;
+    `quiet_s` more seconds of steady load after each recovery (the soak's spacing)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     rng = random.Random(seed)
@@ -100,7 +113,7 @@ def make_schedule(
         if nemesis.at + nemesis.duration + nemesis.recovery > duration - TAIL_S:
             break
         nemeses.append(nemesis)
-        t = nemesis.at + nemesis.duration + nemesis.recovery + round(rng.uniform(0.0, 1.0), 2)
+        t = nemesis.at + nemesis.duration + nemesis.recovery + quiet_s + round(rng.uniform(0.0, 1.0), 2)
     return Schedule(seed, mode, duration, tuple(nemeses))
 
 
@@ -124,6 +137,8 @@ def _draw(rng: random.Random, kind: str, at: float, mode: str, timings: Timings)
         recovery = settle
     elif kind == "sigstop":
         duration = round(lease * rng.uniform(1.5, 2.0), 2)
+    elif kind == "sigterm":
+        pass  # instant; the defaults above
     elif kind == "rolling_restart":
         duration = 3 * ROLLING_STEP_S
     elif kind == "scale_out":
