@@ -3,7 +3,7 @@ judged at one arbiter (moto Kinesis, shard order); then the negative controls, w
 of the same schedules with one safety rule switched off and must FAIL with the violation named.
 
 Between them the two runs cover every nemesis kind (process, DynamoDB, upstream, clock). The
-seeds were chosen once so that each schedule covers its kinds within 55 s and the faults the
+seeds were chosen once so that each schedule covers its kinds within 55–65 s and the faults the
 controls need come early; `make chaos SEED=... MODE=...` replays any seed at any length.
 """
 
@@ -42,16 +42,16 @@ KINDS: Final = {
         "clock",
     ),
 }
-SEEDS: Final = {"connection": 1407, "session": 1858}
+SEEDS: Final = {"connection": 4, "session": 1858}
 # The negative controls: (mode, switch, the kinds that must occur in the prefix, the row that must fail).
 CONTROLS: Final = {
     SELF_FENCING: ("session", ("sigstop", "ddb_blackhole"), "S1 one deliverer"),
-    CHECKPOINT_EPOCH: ("connection", ("sigstop",), "S3 checkpoints"),
+    CHECKPOINT_EPOCH: ("connection", ("ddb_stall",), "S3 checkpoints"),
 }
 
 
 def schedule_for(mode: str) -> Schedule:
-    return make_schedule(SEEDS[mode], DURATION_S, mode, kinds=KINDS[mode])
+    return make_schedule(SEEDS[mode], DURATION_S[mode], mode, kinds=KINDS[mode])
 
 
 def prefix_for(schedule: Schedule, needed: tuple[str, ...]) -> Schedule:

@@ -166,6 +166,23 @@ class DynamoBlackhole(Base):
         chaos.proxy.set_mode("pass")
 
 
+class DynamoStall(Base):
+    """Hold every DynamoDB request of the proxied worker for `hold_s` (twice the lease), then send
+    it on: renewals and checkpoints it sent while its lease was valid land after a takeover."""
+
+    def start(self, chaos: Chaos) -> None:
+        worker = chaos.proxied()
+        if worker is None:
+            return
+        held = chaos.held_by(worker)
+        chaos.proxy.set_faults(Faults(latency=float(self.spec.params["hold_s"])))
+        at = time.time_ns() // 1_000_000
+        chaos.measures.append(Measure("ddb_stall", "L1", at, worker, held, expect_exit=EXIT_FENCED))
+
+    def stop(self, chaos: Chaos) -> None:
+        chaos.proxy.set_faults(Faults())  # requests already held keep their delay
+
+
 class DynamoReset(Base):
     def start(self, chaos: Chaos) -> None:
         chaos.proxy.set_mode("reset")
@@ -215,6 +232,7 @@ NEMESES: Final[dict[str, type[Base]]] = {
     "scale_in": ScaleIn,
     "ddb_latency": DynamoLatency,
     "ddb_blackhole": DynamoBlackhole,
+    "ddb_stall": DynamoStall,
     "ddb_reset": DynamoReset,
     "ddb_throttle": DynamoThrottle,
     "upstream": Upstream,

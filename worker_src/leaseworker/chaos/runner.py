@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any, Final
 
 import aioboto3
 
+from leaseworker.chaos.arbiter import start_arbiter
 from leaseworker.chaos.nemeses import Measure, build
 from leaseworker.chaos.observe import MemorySampler, TableSampler, slope_kib_per_min
 from leaseworker.chaos.schedule import Schedule, takeover_bound_s
@@ -62,6 +64,7 @@ class ChaosRun:
     doomed: set[str] = field(default_factory=set)
     protected: set[str] = field(default_factory=set)
     bad: list[str] = field(default_factory=list)
+    arbiter_url: str = ""
     _proxied: str | None = None
     _counter: int = 0
     started: float = field(default_factory=time.monotonic)
@@ -97,7 +100,7 @@ class ChaosRun:
     def start_worker(self, *, proxied: bool = False, extra_env: dict[str, str] | None = None) -> str:
         self._counter += 1
         name = f"w{self._counter}"
-        env = dict(extra_env or {})
+        env = {"AWS_ENDPOINT_URL_KINESIS": self.arbiter_url, **(extra_env or {})}
         if proxied:
             env["AWS_ENDPOINT_URL_DYNAMODB"] = self.proxy.url
             self._proxied = name
@@ -157,12 +160,16 @@ def run(config: RunConfig) -> Verdict:
         sink=f"kinesis:{STREAM}",
     )
     with fleet:
-        assert fleet.dynamodb is not None and fleet.moto is not None
-        _create_stream(fleet.moto.url)
-        proxy = FaultProxyThread("127.0.0.1", fleet.dynamodb.port, seed=schedule.seed)
-        with proxy:
-            chaos = ChaosRun(config, fleet, proxy)
-            return _execute(chaos)
+        assert fleet.dynamodb is not None
+        arbiter = start_arbiter(log_path=fleet.logs / "moto-kinesis.log")
+        try:
+            _create_stream(arbiter.url)
+            proxy = FaultProxyThread("127.0.0.1", fleet.dynamodb.port, seed=schedule.seed)
+            with proxy:
+                chaos = ChaosRun(config, fleet, proxy, arbiter_url=arbiter.url)
+                return _execute(chaos)
+        finally:
+            arbiter.stop()
 
 
 def _execute(chaos: ChaosRun) -> Verdict:
@@ -202,8 +209,9 @@ def _execute(chaos: ChaosRun) -> Verdict:
         memory.halt.set()
         table.join(10)
         memory.join(10)
-    arrivals = read_arrivals_sync(fleet.moto.url if fleet.moto else "", STREAM)
+    arrivals = read_arrivals_sync(chaos.arbiter_url, STREAM)
     exits = {name: w.process.popen.poll() for name, w in fleet.workers.items()}
+    _stop_workers(fleet)  # before the proxy and the arbiter they talk to go away
     mode = schedule.mode
     evidence = Evidence(
         seed=schedule.seed,
@@ -227,6 +235,16 @@ def _execute(chaos: ChaosRun) -> Verdict:
     verdict.extra["log"] = chaos.log
     (config.root / "verdict.json").write_text(json.dumps(verdict.as_dict(), indent=2))
     return verdict
+
+
+def _stop_workers(fleet: Fleet) -> None:
+    running = [w for w in fleet.workers.values() if w.process.alive()]
+    for worker in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(worker.pid, signal.SIGCONT)
+            os.killpg(worker.pid, signal.SIGTERM)
+    for worker in running:
+        worker.process.stop(timeout=fleet.timings.shutdown_grace_seconds + 2)
 
 
 def _memory_summary(memory: MemorySampler) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from leaseworker.local.fleet import FAST, Timings
 
 # Nemesis kinds, by what they break. (Sink faults are covered by tests/worker/test_late_write.py.)
 PROCESS_KINDS: Final = ("sigkill", "sigstop", "sigterm", "rolling_restart", "scale_out", "scale_in")
-DYNAMODB_KINDS: Final = ("ddb_latency", "ddb_blackhole", "ddb_reset", "ddb_throttle")
+DYNAMODB_KINDS: Final = ("ddb_latency", "ddb_stall", "ddb_blackhole", "ddb_reset", "ddb_throttle")
 UPSTREAM_KINDS: Final = ("upstream",)
 CLOCK_KINDS: Final = ("clock",)
 ALL_KINDS: Final = PROCESS_KINDS + DYNAMODB_KINDS + UPSTREAM_KINDS + CLOCK_KINDS
@@ -155,6 +155,10 @@ def _draw(rng: random.Random, kind: str, at: float, mode: str, timings: Timings)
         params["long"] = rng.random() < 0.6
         duration = round(lease * 1.6, 2) if params["long"] else round(lease * 0.2, 2)
         recovery = settle if params["long"] else 2.0
+    elif kind == "ddb_stall":
+        # Requests held past the lease, then delivered: the late write to DynamoDB (DESIGN.md §2a).
+        duration, recovery = round(lease * 1.0, 2), settle + lease
+        params["hold_s"] = round(lease * 2.0, 2)
     elif kind == "ddb_reset":
         duration, recovery = 1.0, 2.0
     elif kind == "ddb_throttle":
