@@ -20,7 +20,7 @@ from leaseworker.chaos.verdict import Verdict
 from leaseworker.unsafe import CHECKPOINT_EPOCH, SELF_FENCING
 from tests.system.procscan import MARKER_VAR
 
-DURATION_S: Final = 55.0
+DURATION_S: Final = {"connection": 65.0, "session": 55.0}
 KINDS: Final = {
     "connection": (
         "sigkill",
@@ -28,8 +28,8 @@ KINDS: Final = {
         "sigterm",
         "rolling_restart",
         "ddb_latency",
+        "ddb_stall",
         "ddb_throttle",
-        "clock",
     ),
     "session": (
         "sigkill",

@@ -16,7 +16,6 @@ from leaseworker.chaos.nemeses import Measure
 from leaseworker.chaos.observe import TableReading
 from leaseworker.local.invariants import Delivered, Report, check_arrivals, resubscribed_after
 
-
 # Feed fault modes the worker absorbs without an error: an overlapping replay is dropped
 # (DESIGN.md §4.5), a lone surrogate is carried as it is.
 BENIGN_FAULTS = ("-replay", "-surrogate")
