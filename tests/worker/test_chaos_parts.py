@@ -15,8 +15,10 @@ from botocore.exceptions import ClientError
 from leaseworker import unsafe
 from leaseworker.chaos.schedule import ALL_KINDS, make_schedule
 from leaseworker.chaos.throttle_proxy import FaultProxyThread, Faults
+from leaseworker.chaos.verdict import Evidence, judge, stale_count
 from leaseworker.lease import store
 from leaseworker.lease.liveness import session_deadline
+from leaseworker.local.invariants import Delivered
 from leaseworker.settings import Settings, SettingsError, load_settings
 
 
@@ -110,3 +112,17 @@ def test_fault_proxy_answers_real_dynamodb_throttling_errors(dynamodb_endpoint: 
         assert proxy.injected() == 1
         proxy.set_faults(Faults())
         assert asyncio.run(_get_item_through(proxy.url)) == "ok"
+
+
+def test_verdict_counts_stale_arrivals_and_names_s1() -> None:
+    def d(seq: int, epoch: int) -> Delivered:
+        return Delivered("c", seq, epoch, f"w{epoch}", 0)
+
+    clean = [d(0, 1), d(1, 1), d(1, 2), d(2, 2)]
+    late = [d(0, 1), d(1, 2), d(2, 1), d(3, 2)]  # epoch 1 lands after epoch 2 began
+    assert stale_count(clean) == 0
+    assert stale_count(late) == 1
+    evidence = Evidence(1, "session", late, [], [], [], {}, [], set(), {}, 5.0, 1.5)
+    verdict = judge(evidence)
+    assert verdict.failed() == ["S1 one deliverer"]
+    assert verdict.counts["stale"] == 1
