@@ -82,6 +82,7 @@ def test_unsafe_switches_move_both_deadlines_and_the_checkpoint_condition(
     assert settings.local_validity_seconds == validity + unsafe.UNSAFE_EXTRA_VALIDITY_SECONDS
     assert session_deadline(0.0, settings) == session + unsafe.UNSAFE_EXTRA_VALIDITY_SECONDS
     assert store.COND_CHECKPOINT == unsafe.COND_CHECKPOINT_UNFENCED
+    assert all(name in store.COND_CHECKPOINT for name in (":me", ":epoch", ":seq"))  # all values used
     assert "UNSAFE TEST-ONLY SWITCH ACTIVE" in caplog.text
 
 

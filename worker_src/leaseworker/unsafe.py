@@ -36,8 +36,10 @@ SELF_FENCING: Final = "self-fencing"
 CHECKPOINT_EPOCH: Final = "checkpoint-epoch"
 SWITCHES: Final = frozenset({SELF_FENCING, CHECKPOINT_EPOCH})
 UNSAFE_EXTRA_VALIDITY_SECONDS: Final = 1_000_000.0  # ~11.6 days: "never" for any test run
-# The checkpoint condition with the fencing token (owner, epoch) and the monotonic clause removed.
-COND_CHECKPOINT_UNFENCED: Final = store.COND_EXISTS
+# The checkpoint condition with the fencing token (owner, epoch) and the monotonic clause made moot:
+# true for any existing item. It still names :me, :epoch and :seq, because DynamoDB refuses a
+# request whose ExpressionAttributeValues holds a value no expression uses.
+COND_CHECKPOINT_UNFENCED: Final = f"{store.COND_EXISTS} OR ({store.COND_CHECKPOINT})"
 
 
 def requested(environ: Mapping[str, str]) -> frozenset[str]:
