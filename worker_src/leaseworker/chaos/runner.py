@@ -209,9 +209,11 @@ def _execute(chaos: ChaosRun) -> Verdict:
         memory.halt.set()
         table.join(10)
         memory.join(10)
-    arrivals = read_arrivals_sync(chaos.arbiter_url, STREAM)
     exits = {name: w.process.popen.poll() for name, w in fleet.workers.items()}
-    _stop_workers(fleet)  # before the proxy and the arbiter they talk to go away
+    # Stopped before the read (moto's GetRecords iterates the shard unlocked: a concurrent put
+    # fails it), and before the proxy and the arbiter they talk to go away.
+    _stop_workers(fleet)
+    arrivals = read_arrivals_sync(chaos.arbiter_url, STREAM)
     mode = schedule.mode
     evidence = Evidence(
         seed=schedule.seed,
