@@ -7,7 +7,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export CDK_DISABLE_VERSION_CHECK := 1
 
-.PHONY: help deps java-check lint typecheck test test-fast demo synth deploy bench bench-quick image clean
+.PHONY: help deps java-check lint typecheck test test-fast demo synth deploy bench bench-quick image chaos soak clean
 
 help:
 	@echo "make demo    - the local fleet: DynamoDB Local, a feed, workers, a live view"
@@ -15,6 +15,8 @@ help:
 	@echo "make synth   - cdk synth, offline"
 	@echo "make deploy  - checks, service-linked roles, cdk bootstrap + deploy to your credentials' account (DEPLOY_ARGS=\"-c stage=prod\")"
 	@echo "make bench   - benchmarks, every design side by side (BENCH=quick: ~5 min); docs/benchmarks.md"
+	@echo "make chaos   - seeded faults against a local fleet, one verdict (SEED=, DURATION<=600, MODE=session|connection)"
+	@echo "make soak    - 30 min steady load with a fault every ~minute; memory slope (SOAK_DURATION=1800, MODE=)"
 	@echo "make image   - docker build worker_src and run --help in it (skipped without a Docker engine)"
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt worker_src/requirements.txt worker_src/pyproject.toml
@@ -85,6 +87,17 @@ image:
 	$(DOCKER) run --rm --read-only --tmpfs /tmp $(IMAGE_TAG) --help; \
 	if $(DOCKER) run --rm --read-only --tmpfs /tmp $(IMAGE_TAG) health; then \
 	  echo "error: leaseworker health passed with no worker running" >&2; exit 1; fi
+# The fault suite (docs/reliability.md). A failing seed replays its schedule: make chaos SEED=<seed>.
+SEED ?= $(shell $(PYTHON) -c 'import random; print(random.SystemRandom().randrange(2**31))')
+DURATION ?= 300
+MODE ?= session
+SOAK_DURATION ?= 1800
+chaos: deps
+	@test $(DURATION) -le 600 || { echo "DURATION must be <= 600 s (make soak runs longer)"; exit 2; }
+	flock /tmp/lw-system.lock $(BIN)/python -m leaseworker.chaos --seed $(SEED) --duration $(DURATION) --mode $(MODE)
+
+soak: deps
+	flock /tmp/lw-system.lock $(BIN)/python -m leaseworker.chaos --soak --seed $(SEED) --duration $(SOAK_DURATION) --mode $(MODE)
 
 clean:
 	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache

@@ -28,6 +28,7 @@ from leaseworker.protocol.seqfeed import SeqfeedProtocol
 from leaseworker.settings import Settings
 from leaseworker.sinks.base import Sink
 from leaseworker.sinks.factory import open_sink
+from leaseworker.unsafe import apply_from_environment as apply_unsafe_test_switches
 from leaseworker.worker.app import Coordination, Worker
 from leaseworker.worker.ecs import ecs_task_arn
 from leaseworker.worker.session import SessionDeps
@@ -130,6 +131,7 @@ async def run_worker(settings: Settings) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)  # the handler only sets an Event
     configure_logging(os.environ.get("LOG_LEVEL", "INFO"))
+    apply_unsafe_test_switches(os.environ)  # negative controls only (leaseworker/unsafe.py)
     try:
         async with asyncio.timeout(None) as deadline:
             async with AsyncExitStack() as stack:

@@ -1,0 +1,103 @@
+"""The short chaos suite (issue 11): seeded nemeses against a real local fleet, both lease modes,
+judged at one arbiter (moto Kinesis, shard order); then the negative controls, which run a prefix
+of the same schedules with one safety rule switched off and must FAIL with the violation named.
+
+Between them the two runs cover every nemesis kind (process, DynamoDB, upstream, clock). The
+seeds were chosen once so that each schedule covers its kinds within 55–65 s and the faults the
+controls need come early; `make chaos SEED=... MODE=...` replays any seed at any length.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from leaseworker.chaos.runner import RunConfig, run
+from leaseworker.chaos.schedule import ALL_KINDS, Schedule, make_schedule
+from leaseworker.chaos.verdict import Verdict
+from leaseworker.unsafe import CHECKPOINT_EPOCH, SELF_FENCING
+from tests.system.procscan import MARKER_VAR
+
+DURATION_S: Final = {"connection": 65.0, "session": 55.0}
+KINDS: Final = {
+    "connection": (
+        "sigkill",
+        "sigstop",
+        "sigterm",
+        "rolling_restart",
+        "ddb_latency",
+        "ddb_stall",
+        "ddb_throttle",
+    ),
+    "session": (
+        "sigkill",
+        "sigstop",
+        "scale_out",
+        "scale_in",
+        "ddb_blackhole",
+        "ddb_reset",
+        "upstream",
+        "clock",
+    ),
+}
+SEEDS: Final = {"connection": 4, "session": 1858}
+# The negative controls: (mode, switch, the kinds that must occur in the prefix, the row that must fail).
+CONTROLS: Final = {
+    SELF_FENCING: ("session", ("sigstop", "ddb_blackhole"), "S1 one deliverer"),
+    CHECKPOINT_EPOCH: ("connection", ("ddb_stall",), "S3 checkpoints"),
+}
+
+
+def schedule_for(mode: str) -> Schedule:
+    return make_schedule(SEEDS[mode], DURATION_S[mode], mode, kinds=KINDS[mode])
+
+
+def prefix_for(schedule: Schedule, needed: tuple[str, ...]) -> Schedule:
+    """The shortest prefix of `schedule` that holds every `needed` kind (a long blackhole)."""
+    seen: set[str] = set()
+    for nemesis in schedule.nemeses:
+        if nemesis.kind in needed and (nemesis.kind != "ddb_blackhole" or nemesis.params["long"]):
+            seen.add(nemesis.kind)
+        if seen == set(needed):
+            return schedule.until(nemesis.at + nemesis.duration + nemesis.recovery)
+    raise AssertionError(f"seed {schedule.seed} has no {needed} in its schedule")
+
+
+@pytest.fixture
+def marked(marker: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every process of the run inherits the marker, so a failed run leaks nothing."""
+    monkeypatch.setenv(MARKER_VAR, marker)
+
+
+def show(verdict: Verdict) -> None:
+    print("\n" + verdict.table())
+
+
+def test_the_two_runs_cover_every_nemesis_kind() -> None:
+    covered = set().union(*(schedule_for(mode).kinds() for mode in KINDS))
+    assert covered == set(ALL_KINDS)
+    for mode in KINDS:
+        assert schedule_for(mode).kinds() == set(KINDS[mode]), mode
+
+
+@pytest.mark.usefixtures("marked")
+@pytest.mark.parametrize("mode", ["connection", "session"])
+def test_chaos_short(tmp_path: Path, mode: str) -> None:
+    verdict = run(RunConfig(schedule_for(mode), tmp_path))
+    show(verdict)
+    assert verdict.ok, verdict.failed()
+    assert verdict.counts["missing"] == 0 and verdict.counts["stale"] == 0
+    assert verdict.counts["delivered"] > 0
+
+
+@pytest.mark.usefixtures("marked")
+@pytest.mark.parametrize("switch", sorted(CONTROLS))
+def test_negative_control_fails_with_the_violation_named(tmp_path: Path, switch: str) -> None:
+    mode, needed, expected = CONTROLS[switch]
+    schedule = prefix_for(schedule_for(mode), needed)
+    verdict = run(RunConfig(schedule, tmp_path, unsafe=switch))
+    show(verdict)
+    assert not verdict.ok, f"{switch} off, and the checker saw nothing"
+    assert expected in verdict.failed(), verdict.failed()
