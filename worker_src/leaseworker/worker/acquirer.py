@@ -116,9 +116,13 @@ class Acquirer:
         # Peers' published loads lag by up to a heartbeat, so one view can show an excess that
         # is not there (a peer's claim counted neither as its load nor as free). Shed only what
         # two consecutive views agree on: a real excess persists, a lagging one does not.
-        if share.shed and self._previous_shed:
-            self._shed(min(share.shed, self._previous_shed))
-        self._previous_shed = share.shed
+        # And never while connections are free: then the fleet lacks owners, not room (a handoff
+        # in progress, seen with the leaving worker's load already gone), and shedding would
+        # only add to what waits for a claim (found by the seeded fault suite: L2).
+        shed = share.shed if view.free == 0 else 0
+        if shed and self._previous_shed:
+            self._shed(min(shed, self._previous_shed))
+        self._previous_shed = shed
 
     async def _release_stopped(self) -> None:
         """Session mode: an operator's stop is noticed here (no per-connection renewal tells us)."""
