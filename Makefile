@@ -45,6 +45,9 @@ typecheck: deps
 test: lint typecheck
 	$(BIN)/pytest -q
 
+chaos-suite: deps
+	LEASEWORKER_CHAOS_SUITE=1 flock /tmp/lw-system.lock $(BIN)/pytest -q -s tests/system/test_chaos.py
+
 test-fast: deps
 	$(BIN)/pytest -q -m "not system"
 

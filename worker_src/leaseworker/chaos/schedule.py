@@ -120,9 +120,10 @@ def make_schedule(
 def takeover_bound_s(mode: str, timings: Timings, step_s: float, connect_s: float) -> float:
     """DESIGN.md §2c L1 for `mode` (the same bound tests/system/test_failover.py asserts)."""
     if mode == "connection":
-        return (
-            timings.lease_seconds + timings.max_clock_skew_ms / 1000 + timings.reconcile_seconds + connect_s
-        )
+        from leaseworker.worker.acquirer import RECONCILE_JITTER  # the longest reconcile period
+
+        reconcile = timings.reconcile_seconds * (1 + RECONCILE_JITTER)
+        return timings.lease_seconds + timings.max_clock_skew_ms / 1000 + reconcile + connect_s
     return timings.lease_seconds + 2 * timings.heartbeat_seconds + 2 * step_s + connect_s
 
 

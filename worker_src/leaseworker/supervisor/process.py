@@ -12,7 +12,6 @@ small; nothing here touches the network.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
@@ -119,7 +118,7 @@ def wait_for_exit(pid: int) -> ChildExit:
     does, which is what makes the supervisor's fence a confirmed death rather than a suspicion."""
     while True:
         info = signal.sigtimedwait(WATCHED_SIGNALS, REAP_INTERVAL_SECONDS)
-        if info is not None and info.si_signo != signal.SIGCHLD:
+        if info is not None and info.si_signo in FORWARDED_SIGNALS:
             forward(pid, info.si_signo)
         status = reap_zombies(pid)
         if status is not None:
@@ -127,8 +126,15 @@ def wait_for_exit(pid: int) -> ChildExit:
 
 
 def forward(pid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):  # it has just exited: the next reap reports it
+    """Pass `signum` on. It never raises: a supervisor that died here would orphan the child (a
+    process-group SIGSTOP/SIGCONT once made kill() fail with EINVAL and took the supervisor down,
+    turning a paused worker's exit 3 into the supervisor's own traceback and exit 1)."""
+    try:
         os.kill(pid, signum)
+    except ProcessLookupError:
+        pass  # it has just exited: the next reap reports it
+    except OSError as error:
+        os.write(2, f"supervisor: could not forward signal {signum} to {pid}: {error}\n".encode())
 
 
 def reap_zombies(child: int) -> int | None:
