@@ -136,8 +136,9 @@ CALL_ACTIONS = {
     "list_shards": "kinesis:ListShards",
     "put_metric_data": "cloudwatch:PutMetricData",
 }
-# Operator and local tooling run with the operator's credentials, not the task role.
-NOT_IN_THE_TASK = ("cli/", "local/", "feed/", "lease/admin.py")
+# Operator and local tooling run with the operator's credentials, not the task role; so do the
+# seeded fault suite and the consumer filter (a Kinesis consumer's code, not the worker's).
+NOT_IN_THE_TASK = ("cli/", "local/", "feed/", "lease/admin.py", "chaos/", "consumer.py")
 
 
 def worker_calls() -> dict[str, set[str]]:

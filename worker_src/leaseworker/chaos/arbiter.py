@@ -14,23 +14,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Final
 
-from leaseworker.local.services import ManagedProcess, _wait_http, free_port, spawn
-
-SERIAL_MOTO: Final = """
-import sys, threading
-from moto.kinesis import models
-_lock = threading.Lock()
-_put = models.Shard.put_record
-def put_record(self, *args, **kwargs):
-    with _lock:
-        return _put(self, *args, **kwargs)
-models.Shard.put_record = put_record
-from moto import server
-sys.argv = ["moto_server", *sys.argv[1:]]
-server.main()
-"""
+from leaseworker.local.services import SERIAL_MOTO, ManagedProcess, _wait_http, free_port, spawn
 
 
 def start_arbiter(*, log_path: Path | None = None, timeout: float = 30.0) -> ManagedProcess:

@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Final
 
 import aioboto3
 from aiobotocore.session import ClientCreatorContext
@@ -184,12 +184,33 @@ def start_dynamodb_local(
     return process
 
 
+# moto 5.2's Kinesis `Shard.put_record` takes the highest sequence number + 1 without a lock
+# while its server handles requests on threads: two racing PutRecords get one number and the
+# second record silently replaces the first (found as a one-seq gap judged in shard order; moto's
+# source says "not safe for concurrency"). This runs moto's own server with that one method
+# serialised. It is a -c string because the worker package must never import moto, a local-only
+# extra the image does not install (tests/image/test_import_closure.py).
+SERIAL_MOTO: Final = """
+import sys, threading
+from moto.kinesis import models
+_lock = threading.Lock()
+_put = models.Shard.put_record
+def put_record(self, *args, **kwargs):
+    with _lock:
+        return _put(self, *args, **kwargs)
+models.Shard.put_record = put_record
+from moto import server
+sys.argv = ["moto_server", *sys.argv[1:]]
+server.main()
+"""
+
+
 def start_moto_server(
     *, port: int | None = None, log_path: Path | None = None, timeout: float = 30.0
 ) -> ManagedProcess:
     port = port or free_port()
-    # Our launcher: moto with its Kinesis sequence-number race fixed (see local/moto_server.py).
-    argv = [sys.executable, "-m", "leaseworker.local.moto_server", "-H", "127.0.0.1", "-p", str(port)]
+    # moto with its Kinesis sequence-number race fixed (SERIAL_MOTO, above).
+    argv = [sys.executable, "-c", SERIAL_MOTO, "-H", "127.0.0.1", "-p", str(port)]
     process = spawn("moto-server", argv, port=port, log_path=log_path)
     _wait_http(f"http://127.0.0.1:{port}/moto-api/", process, timeout)
     return process
