@@ -54,12 +54,12 @@ def test_failover_scenario_json(tmp_path: Path, marker: str) -> None:
         assert set(result["times_s"]) and not result["unmeasured"], result
         assert result["max_s"] == max(result["times_s"].values())
         assert result["ok"], result
-    bound = (
-        summary["settings"]["lease_seconds"]
-        + summary["settings"]["max_clock_skew_ms"] / 1000
-        + summary["settings"]["reconcile_seconds"]
-        + 1.5
-    )
+    # Session mode is the default: lease + two heartbeats + two rendezvous steps + connect.
+    from leaseworker.local.fleet import FAST
+    from leaseworker.worker.peers import TAKEOVER_STEP_SECONDS
+
+    assert summary["settings"]["lease_seconds"] == FAST.lease_seconds
+    bound = FAST.lease_seconds + 2 * FAST.heartbeat_seconds + 2 * TAKEOVER_STEP_SECONDS + 1.5
     assert by_name["kill"]["bound_s"] == bound
     assert by_name["kill"]["max_s"] <= bound
     assert by_name["pause"]["max_s"] <= bound

@@ -335,7 +335,10 @@ def test_leaseworker_run_supervises_the_real_worker(
     assert status == 0, stderr
     assert owned_by(world, "real-term") == []  # released, not left to expire
     key = {"connection_id": {"S": "worker#real-term"}}
-    assert "fenced_by" not in world.ddb.get_item(TableName=world.table, Key=key).get("Item", {})
+    item = world.ddb.get_item(TableName=world.table, Key=key).get("Item", {})
+    # A clean exit fences its own session as confirmed (peers may reap it); never the supervisor.
+    assert item.get("fenced_by", {}).get("S") == "real-term", item
+    assert item.get("fence_reason", {}).get("S") == "exited after its ordered shutdown", item
     world.hints()  # drain the release notifications
 
     crashing = start_real_worker(world, "real-kill", dynamodb_endpoint)
