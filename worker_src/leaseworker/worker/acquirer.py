@@ -12,6 +12,7 @@ adopt the lease, otherwise nothing is ours; an applied claim is never left orpha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 import time
@@ -34,6 +35,7 @@ logger = get_logger(__name__)
 CLAIM_CONCURRENCY = 16
 RECONCILE_JITTER = 0.2  # each period is RECONCILE_SECONDS × uniform(0.8, 1.2)
 RESOLVE_ATTEMPTS = 3
+SHARE_REFRESH_SECONDS = 0.25  # at most this often outside reconcile, when we find ourselves full
 
 
 class Acquirer:
@@ -60,6 +62,7 @@ class Acquirer:
         self._fleet_view = fleet_view
         self._give_back = give_back
         self._gate = asyncio.Semaphore(CLAIM_CONCURRENCY)
+        self._claim_settled = asyncio.Condition()
         self.target = settings.max_connections  # refined by each fleet view
         self.viewed_at = -math.inf
         self._previous_shed = 0
@@ -136,8 +139,30 @@ class Acquirer:
             if owned is not None:
                 owned.session.request_release("desired_state STOPPED")
 
-    def capacity(self) -> int:
-        limit = min(self._settings.max_connections, self.target)
+    async def has_room(self, *, wait_for_claims: float = 0.0) -> bool:
+        """Room to claim one more now. When full, look at the fleet again first (at most every
+        SHARE_REFRESH_SECONDS): a peer may just have left, and our share grown with it. A full
+        worker whose claims in flight hold the room waits up to `wait_for_claims` seconds for
+        them to settle (most claims of a dead peer's connections by a hint fail at once)."""
+        deadline = time.monotonic() + wait_for_claims
+        while True:
+            if self.capacity() <= 0 and time.monotonic() - self.viewed_at > SHARE_REFRESH_SECONDS:
+                await self.refresh_share()
+            if self.capacity() > 0:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._registry.claiming:
+                return False
+            async with self._claim_settled:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(remaining):
+                        await self._claim_settled.wait()
+
+    def capacity(self, *, over_share: bool = False) -> int:
+        """How many more we may claim: up to our fair share, or (`over_share`) up to our
+        MAX_CONNECTIONS."""
+        most = self._settings.max_connections
+        limit = most if over_share else min(most, self.target)
         return limit - len(self._registry) - len(self._registry.claiming)
 
     def _shed(self, count: int) -> None:
@@ -156,12 +181,15 @@ class Acquirer:
         *,
         attempt: Callable[[], Awaitable[AcquireResult]] | None = None,
         takeover_since_ms: int | None = None,
+        over_share: bool = False,
     ) -> AcquireResult | None:
         """Claim one connection (free by default; `attempt` claims it another way, e.g. from a
         fenced peer). It counts as "claiming" until its session is registered or the lease is
         given back, so a shutdown that begins meanwhile waits for it (never orphaned).
         The write's result (Lost names the holder), or None when no claim was attempted."""
-        if self._registry.busy(connection_id) or self._stop.is_set() or self.capacity() <= 0:
+        if self._registry.busy(connection_id) or self._stop.is_set():
+            return None
+        if self.capacity(over_share=over_share) <= 0:
             return None
         self._registry.claiming.add(connection_id)  # counted by capacity() from here on
         try:
@@ -176,6 +204,8 @@ class Acquirer:
             return result
         finally:
             self._registry.claiming.discard(connection_id)
+            async with self._claim_settled:
+                self._claim_settled.notify_all()
 
     async def _attempt(
         self, connection_id: str, attempt: Callable[[], Awaitable[AcquireResult]] | None

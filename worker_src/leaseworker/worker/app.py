@@ -40,6 +40,7 @@ from leaseworker.worker.hints import Hints, HintSource
 from leaseworker.worker.keeper import LeaseKeeper
 from leaseworker.worker.peers import PeerWatch
 from leaseworker.worker.registry import Owned, Registry
+from leaseworker.worker.relay import HintRelay
 from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, SessionResult
 from leaseworker.worker.waits import wait_any
 
@@ -110,6 +111,7 @@ class Worker:
             on_beat=on_heartbeat,
             task_arn=task_arn,
         )
+        relay = HintRelay(notifier)
         self._peers = PeerWatch(
             sessions=coordination.sessions,
             held=coordination.held,
@@ -121,12 +123,13 @@ class Worker:
             metrics=self._metrics,
             tracing=self._tracing,
             stop_acquiring=self._stop_acquiring,
+            relay=relay,
         )
         self._hints = Hints(
             ownership=ownership,
             registry=self._registry,
             acquirer=self._acquirer,
-            notifier=notifier,
+            relay=relay,
             stop_acquiring=self._stop_acquiring,
             holder_check=self._peers.check_holder,
         )

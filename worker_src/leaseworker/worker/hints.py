@@ -1,7 +1,7 @@
 """The SQS fast path (DESIGN.md §6): act on `connection_changed` hints at once.
 
 A hint for a connection we do not own is a chance to claim it (added, started, released
-elsewhere); one we cannot use is passed on, boundedly. A hint for a connection we own makes us
+elsewhere); one we have no room for is passed on (`relay`). A hint for a connection we own makes us
 re-read it: stopped → close and release; taken over or removed → drop it; malformed → mark it
 failed. The loop is contained like the others: no error in one hint ends it.
 """
@@ -9,26 +9,21 @@ failed. The loop is contained like the others: no error in one hint ends it.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.model import STARTED, MalformedItem
 from leaseworker.lease.ownership import Ownership
 from leaseworker.lease.store import Lost
-from leaseworker.notify import Notifier
 from leaseworker.observability.logging import get_logger
 from leaseworker.worker.acquirer import Acquirer
 from leaseworker.worker.loops import survive
 from leaseworker.worker.registry import Registry
+from leaseworker.worker.relay import HintRelay
 from leaseworker.worker.waits import wait_any
 
 logger = get_logger(__name__)
 
-PASS_ON_LIMIT = 3  # re-sends of one hint by one worker per window
-PASS_ON_WINDOW_SECONDS = 10.0
-PASS_ON_MEMORY = 10_000  # connection ids remembered for that bound
-SHARE_REFRESH_SECONDS = 0.25  # at most this often outside reconcile, when a hint finds us full
 RESTART_DELAY_SECONDS = 1.0  # after the hint source itself failed
 
 HintSource = Callable[[asyncio.Event], AsyncIterator[str]]
@@ -41,17 +36,16 @@ class Hints:
         ownership: Ownership,
         registry: Registry,
         acquirer: Acquirer,
-        notifier: Notifier,
+        relay: HintRelay,
         stop_acquiring: asyncio.Event,
-        holder_check: Callable[[str], Awaitable[None]] | None = None,
+        holder_check: Callable[[str, str], Awaitable[bool]] | None = None,
     ) -> None:
         self._holder_check = holder_check
         self._ownership = ownership
         self._registry = registry
         self._acquirer = acquirer
-        self._notifier = notifier
+        self._relay = relay
         self._stop = stop_acquiring
-        self._passed_on: dict[str, list[float]] = {}
 
     async def run(self, source: HintSource) -> None:
         while not self._stop.is_set():
@@ -65,19 +59,19 @@ class Hints:
         owned = self._registry.owned.get(connection_id)
         if owned is None:
             if self._stop.is_set():
-                await self.pass_on(connection_id)
+                await self._relay.pass_on(connection_id)
                 return
-            acquirer = self._acquirer
-            if acquirer.capacity() <= 0 and time.monotonic() - acquirer.viewed_at > SHARE_REFRESH_SECONDS:
-                await acquirer.refresh_share()  # a peer may just have left: our share may have grown
-            if acquirer.capacity() <= 0:
-                await self.pass_on(connection_id)
+            if not await self._acquirer.has_room():
+                # Full by our last listing, which may still count a peer the supervisor has just
+                # fenced (its hints are how we hear of the death first): if the holder is fenced,
+                # our share has grown and its connections are being taken over; else pass on.
+                if not await self._holder_fenced(connection_id):
+                    await self._relay.pass_on(connection_id)
                 return
-            result = await acquirer.claim(connection_id)
+            result = await self._acquirer.claim(connection_id)
             if isinstance(result, Lost) and result.holder and self._holder_check is not None:
-                # Held: by a live peer, or by one the supervisor just saw die (its hints are
-                # how we hear of it before our next listing): look at the holder's session.
-                await self._holder_check(result.holder)
+                # Held: by a live peer, or by one just fenced: look at the holder's session.
+                await self._holder_check(result.holder, connection_id)
             return
         session = owned.session
         try:
@@ -99,22 +93,13 @@ class Hints:
         elif item.desired_state != STARTED:
             session.request_release("desired_state STOPPED")
 
-    async def pass_on(self, connection_id: str) -> None:
-        """Re-send a hint we cannot act on, so that a peer with room gets it.
-
-        One shared queue hands each message to one consumer; without this, a hint that lands on
-        a full worker waits for some peer's reconcile. Each worker passes a given connection on
-        at most PASS_ON_LIMIT times per PASS_ON_WINDOW_SECONDS, so a fleet with no room at all
-        stops bouncing it (reconcile remains the backstop).
-        """
-        now = time.monotonic()
-        recent = [t for t in self._passed_on.get(connection_id, []) if now - t < PASS_ON_WINDOW_SECONDS]
-        if len(recent) >= PASS_ON_LIMIT:
-            self._passed_on[connection_id] = recent
-            return
-        self._passed_on[connection_id] = [*recent, now]
-        if len(self._passed_on) > PASS_ON_MEMORY:
-            self._passed_on = {
-                k: v for k, v in self._passed_on.items() if now - v[-1] < PASS_ON_WINDOW_SECONDS
-            }
-        await self._notifier.connection_changed(connection_id)
+    async def _holder_fenced(self, connection_id: str) -> bool:
+        if self._holder_check is None:
+            return False
+        try:
+            item = await self._ownership.status(connection_id)
+        except (StoreError, MalformedItem):
+            return False
+        if item is None or not item.lease_owner:
+            return False
+        return await self._holder_check(item.lease_owner, connection_id)

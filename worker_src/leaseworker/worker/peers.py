@@ -9,7 +9,8 @@ LEASE_SECONDS (a suspicion), and take over what fenced peers held:
 
 Claims are spread by rendezvous hashing over the live workers: the first choice claims at once,
 the k-th after k × TAKEOVER_STEP_SECONDS, so a dead worker's load spreads evenly without a herd
-and nothing waits on a full or slow first choice. Fenced sessions are swept every round (a
+and nothing waits on a full or slow first choice (a worker with no room passes the connection on
+as a hint, so a peer with room claims it now). Fenced sessions are swept every round (a
 delayed claim can land after a listing) and reaped once nothing is held by them and they have
 been fenced for REAP_AFTER_LEASES lease periods (any write still in flight has landed by then).
 
@@ -27,7 +28,15 @@ from leaseworker.lease.balance import PeerLoad
 from leaseworker.lease.checkpoint_store import CheckpointStore, resume_seq
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.held_store import OwnedConnection, SessionHeldStore
-from leaseworker.lease.liveness import CONFIRMED, SUSPECTED, Observer, PeerState, Verdict, live_worker_ids
+from leaseworker.lease.liveness import (
+    CONFIRMED,
+    SUSPECTED,
+    Observer,
+    PeerState,
+    SessionInfo,
+    Verdict,
+    live_worker_ids,
+)
 from leaseworker.lease.model import NO_CHECKPOINT, Lease
 from leaseworker.lease.ownership import Ownership
 from leaseworker.lease.rendezvous import claim_delay
@@ -40,6 +49,7 @@ from leaseworker.settings import Settings
 from leaseworker.worker.acquirer import Acquirer
 from leaseworker.worker.loops import survive
 from leaseworker.worker.registry import Registry
+from leaseworker.worker.relay import HintRelay
 from leaseworker.worker.waits import wait_any
 
 logger = get_logger(__name__)
@@ -47,6 +57,9 @@ logger = get_logger(__name__)
 TAKEOVER_STEP_SECONDS = 0.25
 HOLDER_CHECK_SECONDS = 1.0
 REAP_AFTER_LEASES = 2
+OVER_SHARE_RANKS = 2  # the first choices that claim a dead peer's connection beyond their share
+OVER_SHARE_AFTER_SECONDS = 0.5  # after finding no room (room elsewhere would have claimed by then)
+SETTLE_SECONDS = 1.0  # a takeover claim that finds us full waits this long for our claims in flight
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +85,9 @@ class PeerWatch:
         metrics: WorkerMetrics,
         tracing: Tracing,
         stop_acquiring: asyncio.Event,
+        relay: HintRelay,
     ) -> None:
+        self._relay = relay
         self._sessions = sessions
         self._held = held
         self._checkpoints = checkpoints
@@ -91,6 +106,7 @@ class PeerWatch:
         self._orphaned: dict[str, int] = {}  # fenced peer -> its claimable connections, last sweep
         self._live: list[str] = []  # the live workers at the last listing, for rendezvous
         self._checked: dict[str, float] = {}  # holder -> when a hint last made us look
+        self._fenced: dict[str, SessionInfo] = {}  # peers seen fenced, until their session is reaped
 
     @property
     def orphaned(self) -> int:
@@ -114,50 +130,74 @@ class PeerWatch:
                 logger.warning("could not list sessions", extra={"error": str(error)})
                 return
             verdicts = self._observer.observe(sessions, time.monotonic())  # the clock AFTER the read
+            # A fence is never undone while its session item exists (a hint may have shown us
+            # one this listing, read earlier, does not show yet); a reaped id may start afresh.
+            listed = {v.worker_id for v in verdicts}
+            self._fenced = {w: s for w, s in self._fenced.items() if w in listed} | {
+                v.worker_id: v.session
+                for v in verdicts
+                if v.state is PeerState.FENCED and v.session is not None
+            }
             self.peers = tuple(
                 PeerLoad(v.worker_id, v.session.load, v.session.capacity)
                 for v in verdicts
-                if v.state is PeerState.LIVE and v.worker_id != self._me and v.session is not None
+                if v.state is PeerState.LIVE
+                and v.worker_id != self._me
+                and v.session is not None
+                and v.worker_id not in self._fenced
             )
-            live = live_worker_ids(verdicts)
-            self._live = live
+            self._live = [worker for worker in live_worker_ids(verdicts) if worker not in self._fenced]
             for verdict in verdicts:
                 if verdict.worker_id == self._me:
                     continue
                 if verdict.state is PeerState.DEAD and await self._fence(verdict):
                     last_beat = verdict.session.updated_at_ms if verdict.session else now_ms()
                     await self._take_over(
-                        verdict.worker_id, SUSPECTED, last_beat, live, fenced_at_ms=now_ms()
+                        verdict.worker_id, SUSPECTED, last_beat, self._live, fenced_at_ms=now_ms()
                     )
-                elif verdict.state is PeerState.FENCED and verdict.session is not None:
-                    session = verdict.session
-                    kind = CONFIRMED if session.fence_kind == CONFIRMED else SUSPECTED
-                    # Takeover time counts from the death as best known: the confirmed fence
-                    # follows the exit within a second; a suspicion, the last heartbeat.
-                    since = session.fenced_at_ms if kind == CONFIRMED else session.updated_at_ms
-                    await self._take_over(
-                        verdict.worker_id, kind, since or now_ms(), live, fenced_at_ms=session.fenced_at_ms
-                    )
+                elif verdict.worker_id in self._fenced:
+                    await self._take_over_fenced(verdict.worker_id, self._fenced[verdict.worker_id])
 
-    async def check_holder(self, holder: str) -> None:
-        """A hint led us to a connection `holder` still holds: if its session is fenced (the
-        supervisor fences a dead child at once and then hints), take over from it now rather
-        than at our next listing. At most once per holder per HOLDER_CHECK_SECONDS."""
-        now = time.monotonic()
-        if holder == self._me or now - self._checked.get(holder, -math.inf) < HOLDER_CHECK_SECONDS:
-            return
-        self._checked[holder] = now
-        try:
-            session = await self._sessions.get(holder)
-        except StoreError as error:
-            logger.warning("could not read a holder's session", extra={"peer": holder, "error": str(error)})
-            return
-        if session is None or not session.fenced or self._stop.is_set():
-            return
+    async def check_holder(self, holder: str, connection_id: str | None = None) -> bool:
+        """A hint led us to `connection_id`, which `holder` still holds: if its session is fenced
+        (the supervisor fences a dead child at once and then hints), drop it from our view (our
+        share grows at once) and take over from it now rather than at our next listing. A holder
+        not known fenced has its session read at most once per HOLDER_CHECK_SECONDS. True if
+        `holder` is fenced (fences are never undone)."""
+        if holder == self._me:
+            return False
+        session = self._fenced.get(holder)
+        if session is None:
+            now = time.monotonic()
+            if now - self._checked.get(holder, -math.inf) < HOLDER_CHECK_SECONDS:
+                return False
+            self._checked[holder] = now
+            try:
+                session = await self._sessions.get(holder)
+            except StoreError as error:
+                extra = {"peer": holder, "error": str(error)}
+                logger.warning("could not read a holder's session", extra=extra)
+                return False
+            if session is None or not session.fenced:
+                return False
+            self._fenced[holder] = session
+            self.peers = tuple(peer for peer in self.peers if peer.worker_id != holder)
+            self._live = [worker for worker in self._live if worker != holder]
+        elif connection_id is None or connection_id in self._scheduled or self._registry.busy(connection_id):
+            return True  # known fenced, and this connection is already being taken over
+        # Else a takeover claim may have given up while our own hint's claim of the same id was
+        # in flight (busy): sweep the holder again.
+        if not self._stop.is_set():
+            await self._take_over_fenced(holder, session)
+        return True
+
+    async def _take_over_fenced(self, dead: str, session: SessionInfo) -> None:
         kind = CONFIRMED if session.fence_kind == CONFIRMED else SUSPECTED
+        # Takeover time counts from the death as best known: the confirmed fence follows the
+        # exit within a second; a suspicion, the last heartbeat.
         since = session.fenced_at_ms if kind == CONFIRMED else session.updated_at_ms
-        live = [*self._live] if self._me in self._live else [*self._live, self._me]
-        await self._take_over(holder, kind, since or now_ms(), live, fenced_at_ms=session.fenced_at_ms)
+        live = self._live if self._me in self._live else [*self._live, self._me]
+        await self._take_over(dead, kind, since or now_ms(), live, fenced_at_ms=session.fenced_at_ms)
 
     async def _fence(self, verdict: Verdict) -> bool:
         reason = f"hb {verdict.hb} unchanged for {verdict.still_for:.1f} s on {self._me}'s clock"
@@ -220,6 +260,19 @@ class PeerWatch:
             await wait_any(delay, self._stop)
             if self._stop.is_set():
                 return
+            over_share = False
+            if not await self._have_room(connection.connection_id):
+                # Every survivor may find itself full: each counts the others' published load,
+                # which lags their takeover claims by up to a heartbeat (seen: targets 5 and 6
+                # for 12 connections, and a 3.8 s takeover). So the first choices claim anyway,
+                # within MAX_CONNECTIONS; rebalancing hands any excess back later, gracefully.
+                rank = round(delay / TAKEOVER_STEP_SECONDS)
+                if rank >= OVER_SHARE_RANKS:
+                    return
+                await wait_any(OVER_SHARE_AFTER_SECONDS, self._stop)
+                if self._stop.is_set():
+                    return
+                over_share = True
 
             async def attempt() -> AcquireResult:
                 return await self._ownership.claim_from_dead(
@@ -230,10 +283,23 @@ class PeerWatch:
                 )
 
             await self._acquirer.claim(
-                connection.connection_id, attempt=attempt, takeover_since_ms=takeover.since_ms
+                connection.connection_id,
+                attempt=attempt,
+                takeover_since_ms=takeover.since_ms,
+                over_share=over_share,
             )
         finally:
             self._scheduled.discard(connection.connection_id)
+
+    async def _have_room(self, connection_id: str) -> bool:
+        """Room to claim one more; if not, pass the connection on to a peer that may have it
+        (hints reach one worker each, and the others would otherwise wait for their next
+        listing: seen as an 11.8 s takeover on a 20 s lease)."""
+        if await self._acquirer.has_room(wait_for_claims=SETTLE_SECONDS):
+            return True
+        if not self._registry.busy(connection_id):
+            await self._relay.pass_on(connection_id)
+        return False
 
     async def _release_for(self, dead: str, connection: OwnedConnection) -> None:
         lease = Lease(connection.connection_id, connection.epoch, dead, "", NO_CHECKPOINT, 0.0)
