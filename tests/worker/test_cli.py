@@ -20,7 +20,11 @@ from pathlib import Path
 import aioboto3
 import pytest
 
+from leaseworker.lease.checkpoint_store import CheckpointStore
+from leaseworker.lease.held_store import SessionHeldStore
+from leaseworker.lease.store import Acquired
 from leaseworker.local.services import free_port
+from leaseworker.settings import Settings
 
 LEASEWORKER = Path(sys.executable).with_name("leaseworker")
 
@@ -172,7 +176,7 @@ def test_list_and_show(dynamodb_endpoint: str, local_env: dict[str, str]) -> Non
     listed = run(*table, "connections", "list", env={**local_env, "COLUMNS": "160"})
     assert listed.returncode == 0, listed.stderr
     assert "2 connections in" in listed.stdout
-    for header in ("connection", "state", "owner", "epoch", "lease", "updated", "last_seq", "last_error"):
+    for header in ("connection", "state", "owner", "epoch", "lease", "updated", "checkpoint", "last_error"):
         assert header in listed.stdout
     assert "STOPPED" in listed.stdout and "STARTED" in listed.stdout and "free" in listed.stdout
 
@@ -187,7 +191,43 @@ def test_list_and_show(dynamodb_endpoint: str, local_env: dict[str, str]) -> Non
     assert "ws_url" in shown.stdout and "wss://feeds.example.com/feed-a" in shown.stdout
     assert "lease" in shown.stdout and "free" in shown.stdout
     item = json.loads(run(*table, "connections", "show", "feed-a", "--json", env=local_env).stdout)
-    assert item["connection_id"] == "feed-a" and item["lease_epoch"] == 0
+    assert item["connection_id"] == "feed-a" and item["lease_epoch"] == 0 and item["checkpoint"] == -1
+
+
+def test_list_and_show_report_the_effective_checkpoint(
+    dynamodb_endpoint: str, local_env: dict[str, str]
+) -> None:
+    """Session mode checkpoints into the holder's batched item, not the connection item: the CLI
+    reports the newer of the two at the item's epoch (what a takeover resumes after)."""
+    table = new_table(dynamodb_endpoint, local_env)
+    name = table[-1]
+    for cid in ("held", "stale"):
+        url = f"wss://feeds.example.com/{cid}"
+        assert run(*table, "connections", "add", cid, "--url", url, env=local_env).returncode == 0
+    asyncio.run(hold_with_checkpoints(dynamodb_endpoint, name))
+
+    listed_json = run(*table, "connections", "list", "--json", env=local_env).stdout
+    items = {item["connection_id"]: item for item in json.loads(listed_json)}
+    assert items["held"]["last_seq"] == -1 and items["held"]["checkpoint"] == 41
+    assert items["stale"]["checkpoint"] == -1  # its entry was written under another epoch
+    shown = json.loads(run(*table, "connections", "show", "held", "--json", env=local_env).stdout)
+    assert shown["checkpoint"] == 41 and shown["lease_owner"] == "w9"
+    listed = run(*table, "connections", "list", env={**local_env, "COLUMNS": "200"})
+    assert "held by its session" in listed.stdout and " 41 " in listed.stdout, listed.stdout
+    text = run(*table, "connections", "show", "held", env=local_env).stdout
+    expiry_line = text.split("lease_expires_at_ms")[1].splitlines()[0]
+    assert "held by its session" in text and "s from now" not in expiry_line
+
+
+async def hold_with_checkpoints(endpoint: str, table: str) -> None:
+    """Worker w9 claims both in session mode and writes one batched checkpoint item."""
+    settings = Settings(table_name=table, worker_id="w9", endpoint_url=endpoint, region="us-east-1")
+    session = aioboto3.Session(aws_access_key_id="local", aws_secret_access_key="local")
+    async with session.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1") as client:
+        held = SessionHeldStore(client, settings)
+        for cid in ("held", "stale"):
+            assert isinstance(await held.claim_free(cid, "w9", valid_until=time.monotonic() + 60), Acquired)
+        assert await CheckpointStore(client, table).write("w9", {"held": (1, 41), "stale": (7, 99)})
 
 
 @pytest.mark.parametrize(

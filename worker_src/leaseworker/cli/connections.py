@@ -18,6 +18,7 @@ from leaseworker.aws import CLI_CLIENT_CONFIG
 from leaseworker.cli.errors import CliError, CliUsageError, run_async
 from leaseworker.cli.main import Target, cli, resolve_target, target_options
 from leaseworker.lease.admin import LeaseTableAdmin, ReleaseTimeout
+from leaseworker.lease.held_store import SESSION_HELD
 from leaseworker.notify import Notifier
 from leaseworker.settings import max_clock_skew_ms_from
 
@@ -147,7 +148,11 @@ def remove(
 @click.option("--json", "as_json", is_flag=True, help="A JSON array, one object per connection")
 @click.pass_context
 def list_(ctx: click.Context, as_json: bool, table: str | None, endpoint_url: str | None) -> None:
-    """Every connection: state, owner, epoch, lease age, checkpoint, last error."""
+    """Every connection: state, owner, epoch, lease, checkpoint, last error.
+
+    \b
+    The checkpoint is the effective one: the newer of the item's last_seq and its
+    owner's batched checkpoint entry (session mode), what a takeover resumes after."""
     items = _run(ctx, table, endpoint_url, lambda admin: admin.list())
     if as_json:
         click.echo(json.dumps(items, indent=2))
@@ -180,7 +185,8 @@ def show(
     for key in sorted(item):
         value = item[key]
         note = ""
-        if key in ("lease_expires_at_ms", "updated_at_ms") and isinstance(value, int) and value > 0:
+        timed = key in ("lease_expires_at_ms", "updated_at_ms") and isinstance(value, int)
+        if timed and 0 < value < SESSION_HELD:
             note = f"  ({(value - now) / 1000:+.1f} s from now)"
         click.echo(f"{key:<{width}}  {value}{note}")
 
@@ -189,9 +195,10 @@ def render_table(items: list[dict[str, Any]], *, title: str | None = None) -> Ta
     """Connections as a table: whose lease, how long it has left, how far the checkpoint got."""
     now = int(time.time() * 1000)
     table = Table(title=title or f"{len(items)} connections", title_justify="left")
-    for column in ("connection", "state", "owner", "epoch", "lease", "updated", "last_seq", "last_error"):
+    columns = ("connection", "state", "owner", "epoch", "lease", "updated", "checkpoint", "last_error")
+    for column in columns:
         table.add_column(
-            column, overflow="fold", justify="right" if column in ("epoch", "last_seq") else "left"
+            column, overflow="fold", justify="right" if column in ("epoch", "checkpoint") else "left"
         )
     for item in items:
         updated = int(item.get("updated_at_ms", 0) or 0)
@@ -202,17 +209,20 @@ def render_table(items: list[dict[str, Any]], *, title: str | None = None) -> Ta
             str(item.get("lease_epoch", 0)),
             lease_status(item, now),
             f"{(now - updated) / 1000:.0f} s ago" if updated else "-",
-            str(item.get("last_seq", -1)),
+            str(item.get("checkpoint", item.get("last_seq", -1))),
             str(item.get("last_error") or ""),
         )
     return table
 
 
 def lease_status(item: dict[str, Any], now_ms: int) -> str:
-    """free | N s left | expired N s ago (an owner that stopped renewing; a takeover is due)."""
+    """free | held by its session (session mode: live while the owner's session is) | N s left |
+    expired N s ago (an owner that stopped renewing; a takeover is due)."""
     expires = int(item.get("lease_expires_at_ms", 0) or 0)
     if not item.get("lease_owner") or expires == 0:
         return "free"
+    if expires == SESSION_HELD:
+        return "held by its session"
     if expires > now_ms:
         return f"{(expires - now_ms) / 1000:.1f} s left"
     return f"expired {(now_ms - expires) / 1000:.1f} s ago"

@@ -39,6 +39,8 @@ from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
 
+from leaseworker.lease.attribute_values import CHECKPOINT_SUFFIX, checkpoint_key
+from leaseworker.lease.checkpoint_store import Entries, effective_checkpoint, entries_from
 from leaseworker.lease.errors import TableMissing
 from leaseworker.lease.model import (
     NO_CHECKPOINT,
@@ -297,7 +299,15 @@ class LeaseTableAdmin:
         item = response.get("Item")
         if not item or "removed_at_ms" in item:
             raise UnknownConnection(connection_id)
-        return plain(item)
+        shown = plain(item)
+        holder = shown.get("lease_owner")
+        entries: Entries = {}
+        if isinstance(holder, str) and holder:
+            checkpoint = await self._run(
+                self._client.get_item(TableName=self._table, Key=checkpoint_key(holder), ConsistentRead=True)
+            )
+            entries = entries_from(checkpoint.get("Item", {}))
+        return with_checkpoint(shown, entries)
 
     async def raw_item(self, key: str) -> dict[str, Any] | None:
         """Any item by key, a worker's own included (`worker#<id>`), as plain values."""
@@ -310,23 +320,28 @@ class LeaseTableAdmin:
         return plain(item) if item else None
 
     async def list(self) -> list[dict[str, Any]]:
+        """Every connection (tombstones hidden), each with its effective `checkpoint`; the scan
+        also reads the workers' checkpoint items, so this costs no extra call."""
         items: list[dict[str, Any]] = []
+        checkpoints: dict[str, Entries] = {}
         start_key: dict[str, Any] | None = None
         while True:
             kwargs: dict[str, Any] = {"TableName": self._table, "ConsistentRead": True}
             if start_key:
                 kwargs["ExclusiveStartKey"] = start_key
             response = await self._run(self._client.scan(**kwargs))
-            items.extend(
-                plain(item)
-                for item in response.get("Items", [])
-                if not item["connection_id"]["S"].startswith(WORKER_KEY_PREFIX)
-                and "removed_at_ms" not in item
-            )
+            for item in response.get("Items", []):
+                key = item["connection_id"]["S"]
+                if key.startswith(WORKER_KEY_PREFIX) and key.endswith(CHECKPOINT_SUFFIX):
+                    worker = key[len(WORKER_KEY_PREFIX) : -len(CHECKPOINT_SUFFIX)]
+                    checkpoints[worker] = entries_from(item)
+                elif not key.startswith(WORKER_KEY_PREFIX) and "removed_at_ms" not in item:
+                    items.append(plain(item))
             start_key = response.get("LastEvaluatedKey")
             if not start_key:
                 break
-        return sorted(items, key=lambda item: str(item.get("connection_id")))
+        shown = [with_checkpoint(item, checkpoints.get(str(item.get("lease_owner")), {})) for item in items]
+        return sorted(shown, key=lambda item: str(item.get("connection_id")))
 
     async def _existing(self, connection_id: str, update: str, values: dict[str, Any]) -> None:
         await self._run(
@@ -343,6 +358,17 @@ class LeaseTableAdmin:
     async def describe(self) -> None:
         """Raise TableMissing if the table does not exist."""
         await self._run(self._client.describe_table(TableName=self._table))
+
+
+def with_checkpoint(item: dict[str, Any], holder_entries: Entries) -> dict[str, Any]:
+    """The item plus `checkpoint`: what a takeover would resume after (DESIGN.md §2b), the newer
+    of `last_seq` and the holder's batched checkpoint entry at the item's epoch."""
+    last_seq = item.get("last_seq", NO_CHECKPOINT)
+    epoch = item.get("lease_epoch", 0)
+    if not isinstance(last_seq, int) or not isinstance(epoch, int):
+        return item
+    cid = str(item.get("connection_id"))
+    return item | {"checkpoint": effective_checkpoint(last_seq, epoch, cid, holder_entries)}
 
 
 def plain(item: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import ClientError
 
@@ -62,6 +62,16 @@ def resume_seq(entries: Entries, connection_id: str, epoch: int) -> int:
     """The dead holder's checkpoint for `connection_id`, if it was written under `epoch`; else -1."""
     entry = entries.get(connection_id)
     return entry[1] if entry is not None and entry[0] == epoch else -1
+
+
+def entries_from(item: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """A raw checkpoint item's `{connection_id: (epoch, seq)}`; malformed entries are skipped."""
+    entries: dict[str, tuple[int, int]] = {}
+    for cid, value in item.get("checkpoints", {}).get("M", {}).items():
+        pair = value.get("L", [])
+        if len(pair) == 2 and all("N" in part for part in pair):
+            entries[cid] = (int(pair[0]["N"]), int(pair[1]["N"]))
+    return entries
 
 
 def effective_checkpoint(last_seq: int, lease_epoch: int, connection_id: str, holder_entries: Entries) -> int:
@@ -120,13 +130,7 @@ class CheckpointStore:
                 ProjectionExpression="checkpoints",
             )
         )
-        stored = response.get("Item", {}).get("checkpoints", {}).get("M", {})
-        entries: dict[str, tuple[int, int]] = {}
-        for cid, value in stored.items():
-            pair = value.get("L", [])
-            if len(pair) == 2 and all("N" in part for part in pair):
-                entries[cid] = (int(pair[0]["N"]), int(pair[1]["N"]))
-        return entries
+        return entries_from(response.get("Item", {}))
 
     async def fence(self, worker: str, *, by: str, kind: str) -> None:
         """Refuse `worker`'s later checkpoint writes (called by SessionStore.fence).
