@@ -94,9 +94,10 @@ def test_live_view_keys_and_ctrl_c(tmp_path: Path, marker: str, sigint: str) -> 
     )
     screen = Screen(child)
     try:
-        screen.expect("worker +pid +status +owned +msg/s")
+        screen.expect("worker +pid +status +owned +load +msg/s +hb age +session")
         screen.expect("connection +state +owner +epoch +last_seq +lag")
         screen.expect(r"feed-0\d +STARTED +w\d +1 ")  # a connection row with an owner at epoch 1
+        screen.expect(r"w\d +\d+ +alive +\d+ +\d+ +\d+ +\d+\.\d s +live ")  # a session's load and age
         screen.expect("all 6 connections owned")
         running = processes_with_marker(marker)
         assert len(running) >= 6, running  # DynamoDB Local, moto, the feed, three workers
@@ -104,7 +105,7 @@ def test_live_view_keys_and_ctrl_c(tmp_path: Path, marker: str, sigint: str) -> 
         child.send("k")
         victim = screen.expect(r"SIGKILL (w\d) \(held").group(1)
         screen.expect(rf"{victim}: \d+ connections taken over, max \d+\.\d\d s \(within", timeout=30)
-        screen.expect(rf"{victim} +\d+ +killed")  # the worker table shows it
+        screen.expect(rf"{victim} +\d+ +killed .*fenced")  # the worker table shows it, its session fenced
 
         child.sendintr()  # Ctrl-C, through the terminal's line discipline
         interrupted = time.monotonic()

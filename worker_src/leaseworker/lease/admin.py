@@ -114,6 +114,9 @@ def check_ws_url(url: str) -> str:
     return url
 
 
+Snapshot = tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]  # (connections, sessions by id)
+
+
 class LeaseTableAdmin:
     def __init__(
         self,
@@ -320,9 +323,16 @@ class LeaseTableAdmin:
         return plain(item) if item else None
 
     async def list(self) -> list[dict[str, Any]]:
-        """Every connection (tombstones hidden), each with its effective `checkpoint`; the scan
-        also reads the workers' checkpoint items, so this costs no extra call."""
+        """Every connection (tombstones hidden), each with its effective `checkpoint`."""
+        connections, _ = await self.snapshot()
+        return connections
+
+    async def snapshot(self) -> Snapshot:
+        """One consistent scan: the connections (as `list`) and the session items by worker id.
+        The scan reads the workers' checkpoint items too, so the effective checkpoints cost no
+        extra call."""
         items: list[dict[str, Any]] = []
+        sessions: dict[str, dict[str, Any]] = {}
         checkpoints: dict[str, Entries] = {}
         start_key: dict[str, Any] | None = None
         while True:
@@ -332,16 +342,18 @@ class LeaseTableAdmin:
             response = await self._run(self._client.scan(**kwargs))
             for item in response.get("Items", []):
                 key = item["connection_id"]["S"]
-                if key.startswith(WORKER_KEY_PREFIX) and key.endswith(CHECKPOINT_SUFFIX):
-                    worker = key[len(WORKER_KEY_PREFIX) : -len(CHECKPOINT_SUFFIX)]
-                    checkpoints[worker] = entries_from(item)
-                elif not key.startswith(WORKER_KEY_PREFIX) and "removed_at_ms" not in item:
-                    items.append(plain(item))
+                if not key.startswith(WORKER_KEY_PREFIX):
+                    if "removed_at_ms" not in item:
+                        items.append(plain(item))
+                elif key.endswith(CHECKPOINT_SUFFIX):
+                    checkpoints[key[len(WORKER_KEY_PREFIX) : -len(CHECKPOINT_SUFFIX)]] = entries_from(item)
+                else:
+                    sessions[key[len(WORKER_KEY_PREFIX) :]] = plain(item)
             start_key = response.get("LastEvaluatedKey")
             if not start_key:
                 break
         shown = [with_checkpoint(item, checkpoints.get(str(item.get("lease_owner")), {})) for item in items]
-        return sorted(shown, key=lambda item: str(item.get("connection_id")))
+        return sorted(shown, key=lambda item: str(item.get("connection_id"))), sessions
 
     async def _existing(self, connection_id: str, update: str, values: dict[str, Any]) -> None:
         await self._run(

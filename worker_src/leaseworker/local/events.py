@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.lease.admin import LeaseTableAdmin, Snapshot
 from leaseworker.lease.errors import StoreError
 from leaseworker.local.fleet import TABLE, Fleet
 from leaseworker.local.services import local_dynamodb
@@ -117,8 +117,17 @@ class WorkerStats:
     owned: int = 0
     rate: float = 0.0
     heartbeat_age_s: float | None = None
+    load: int | None = None  # as its session last published it
+    session: str = "-"  # live | fenced (confirmed/suspected) | withdrawn | - (no session item)
     delivered: int = 0
     samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64))
+
+
+def session_state(session: dict[str, Any]) -> str:
+    """live, withdrawn (leaving gracefully), or fenced and how (a confirmed death, a suspicion)."""
+    if session.get("fenced_by"):
+        return f"fenced ({session.get('fence_kind') or 'suspected'})"
+    return "withdrawn" if session.get("withdrawn_at_ms") else "live"
 
 
 class TableReader:
@@ -136,11 +145,12 @@ class TableReader:
         client = await self._stack.enter_async_context(local_dynamodb(self._endpoint))
         return LeaseTableAdmin(client, TABLE, call_timeout=POLL_DEADLINE_S)
 
-    def scan(self) -> list[dict[str, Any]]:
+    def scan(self) -> Snapshot:
+        """The connection items and the session items by worker id, from one scan."""
         if self._admin is None:
             self._admin = self._loop.run_until_complete(self._open())
-        items: list[dict[str, Any]] = self._loop.run_until_complete(self._admin.list())
-        return items
+        snapshot: Snapshot = self._loop.run_until_complete(self._admin.snapshot())
+        return snapshot
 
     def close(self) -> None:
         """Close the client within CLOSE_DEADLINE_S; the process is exiting either way."""
@@ -159,6 +169,7 @@ class FleetMonitor:
         self.fleet = fleet
         self.reader = TableReader(fleet.endpoint)
         self.items: dict[str, dict[str, Any]] = {}
+        self.sessions: dict[str, dict[str, Any]] = {}  # worker id -> its session item
         self.events: deque[Event] = deque(maxlen=max_events)
         self.faults: list[Fault] = []
         self.workers: dict[str, WorkerStats] = {}
@@ -178,7 +189,8 @@ class FleetMonitor:
     def signal(self, kind: FaultKind, worker: str) -> Fault:
         """Send the fault's signal to `worker`; follow the leases it held at that moment (the
         previous reading if the table cannot be read now)."""
-        items = self._scan() or list(self.items.values())
+        scanned = self._scan()
+        items = scanned[0] if scanned else list(self.items.values())
         sent_s = self.fleet.signal(worker, SIGNALS[kind])
         epochs = {
             str(item["connection_id"]): int(item.get("lease_epoch", 0))
@@ -204,7 +216,8 @@ class FleetMonitor:
         now = time.time()
         scanned = self._scan()
         if scanned is not None:
-            items = {str(item["connection_id"]): item for item in scanned}
+            self.sessions = scanned[1]
+            items = {str(item["connection_id"]): item for item in scanned[0]}
             self._diff(self.items, items, now)
             self.items = items
             self.samples.append({cid: int(item.get("last_seq", -1)) for cid, item in items.items()})
@@ -213,8 +226,9 @@ class FleetMonitor:
         self._read_feed()
         self._worker_stats(now)
 
-    def _scan(self) -> list[dict[str, Any]] | None:
-        """The table's items, or None (noted once per outage) when the scan failed or was slow."""
+    def _scan(self) -> Snapshot | None:
+        """The table's items (connections, sessions), or None (noted once per outage) when the
+        scan failed or was slow."""
         try:
             items = self.reader.scan()
         except StoreError as error:
@@ -338,21 +352,21 @@ class FleetMonitor:
         self._feed_events = [] if oldest is None else [e for e in self._feed_events if e["t_ms"] >= oldest]
 
     def _worker_stats(self, now: float) -> None:
-        lease_ms = int(self.fleet.timings.lease_seconds * 1000)
         owned: dict[str, int] = {}
-        newest: dict[str, int] = {}
         for item in self.items.values():
             owner = item.get("lease_owner")
-            expires = int(item.get("lease_expires_at_ms", 0) or 0)
-            if owner and expires > 0:
+            if owner and int(item.get("lease_expires_at_ms", 0) or 0) > 0:
                 owned[owner] = owned.get(owner, 0) + 1
-                newest[owner] = max(newest.get(owner, 0), expires)
         for name in self.fleet.workers:
             stats = self.workers.setdefault(name, WorkerStats(name))
             stats.owned = owned.get(name, 0)
-            stats.heartbeat_age_s = (
-                (now * 1000 - (newest[name] - lease_ms)) / 1000 if name in newest else None
-            )
+            session = self.sessions.get(name)
+            if session is not None:  # both modes heartbeat a session item (DESIGN.md §2.0)
+                stats.heartbeat_age_s = (now * 1000 - int(session.get("updated_at_ms", 0) or 0)) / 1000
+                stats.load = int(session.get("load", 0) or 0)
+                stats.session = session_state(session)
+            else:  # not registered yet, or reaped
+                stats.heartbeat_age_s, stats.load, stats.session = None, None, "-"
             window = [s for s in stats.samples if s[0] >= now - RATE_WINDOW_S]
             if len(window) >= 2 and window[-1][0] > window[0][0]:
                 stats.rate = (window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0])

@@ -28,6 +28,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from leaseworker.lease.held_store import SESSION_HELD
 from leaseworker.local.events import HANDOFF_BOUND_S, Fault, FleetMonitor, takeover_bound_s
 from leaseworker.local.fleet import Fleet
 from leaseworker.local.stopping import StopSignals
@@ -52,6 +53,10 @@ STYLES = {
 }
 
 KEYS = "k kill  p pause/resume  t terminate  a add worker  c add connection  s stop connection  q quit"
+
+
+def session_text(state: str) -> Text:
+    return Text(state, "red" if state.startswith("fenced") else "dim" if state == "withdrawn" else "")
 
 
 @dataclass
@@ -337,8 +342,10 @@ class LiveView:
 
     def _workers_table(self) -> Table:
         table = Table(box=box.SIMPLE_HEAD, title="workers", title_justify="left", pad_edge=False)
-        for column in ("worker", "pid", "status", "owned", "msg/s", "heartbeat", "delivered"):
-            table.add_column(column, justify="right" if column in ("owned", "msg/s", "delivered") else "left")
+        numbers = ("owned", "load", "msg/s", "delivered")
+        columns = ("worker", "pid", "status", "owned", "load", "msg/s", "hb age", "session", "delivered")
+        for column in columns:
+            table.add_column(column, justify="right" if column in numbers else "left")
         for name, worker in self.fleet.workers.items():
             stats = self.monitor.workers.get(name)
             code = worker.process.popen.poll()
@@ -354,8 +361,10 @@ class LiveView:
                 str(worker.pid),
                 status,
                 str(stats.owned if stats else 0),
+                "-" if stats is None or stats.load is None else str(stats.load),
                 f"{stats.rate:.0f}" if stats else "0",
-                "-" if age is None else f"{age:.1f} s ago",
+                "-" if age is None else f"{age:.1f} s",
+                session_text(stats.session if stats else "-"),
                 str(stats.delivered if stats else 0),
             )
         return table
@@ -370,6 +379,8 @@ class LiveView:
             owner = item.get("lease_owner")
             if not owner or expires == 0:
                 lease = Text("free", "yellow")
+            elif expires == SESSION_HELD:
+                lease = Text("session")  # live while its owner's session is (DESIGN.md §2b)
             elif expires > now:
                 lease = Text(f"{(expires - now) / 1000:.1f} s left")
             else:
@@ -409,8 +420,10 @@ class LiveView:
         )
         text.append(
             "lag = highest seq in the sink − checkpoint (last_seq): delivered, not yet checkpointed. "
-            "heartbeat = newest lease expiry − lease length. taken over / handed off = signal → new "
-            "subscribe seen by the feed. self-fenced comes from the worker's own log.",
+            "hb age, load, session: from each worker's session item (its last heartbeat; fenced "
+            "confirmed = its supervisor saw it die, suspected = a peer saw its heartbeat stop). "
+            "taken over / handed off = signal → new subscribe seen by the feed. self-fenced comes "
+            "from the worker's own log.",
             style="dim",
         )
         return text
@@ -433,7 +446,8 @@ class LiveView:
                 stats = self.monitor.workers.get(name)
                 state = "paused" if name in self.paused else ("alive" if worker.process.alive() else "gone")
                 owned, rate = (stats.owned, stats.rate) if stats else (0, 0.0)
-                parts.append(f"{name} {state} {owned} conn {rate:.0f} msg/s")
+                session = stats.session if stats else "-"
+                parts.append(f"{name} {state} {owned} conn {rate:.0f} msg/s session {session}")
             print("workers: " + " | ".join(parts), flush=True)
 
     def fault_summary(self) -> Iterator[str]:
