@@ -103,7 +103,7 @@ def test_live_view_keys_and_ctrl_c(tmp_path: Path, marker: str, sigint: str) -> 
         assert len(running) >= 6, running  # DynamoDB Local, moto, the feed, three workers
 
         child.send("k")
-        victim = screen.expect(r"SIGKILL (w\d) \(held").group(1)
+        victim = screen.expect(r"SIGKILL child (w\d) \(held").group(1)
         screen.expect(rf"{victim}: \d+ connections taken over, max \d+\.\d\d s \(within", timeout=30)
         screen.expect(rf"{victim} +\d+ +killed .*fenced")  # the worker table shows it, its session fenced
 

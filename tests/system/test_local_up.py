@@ -48,7 +48,7 @@ def test_failover_scenario_json(tmp_path: Path, marker: str) -> None:
     assert "local up:" in done.stderr
 
     by_name = {result["scenario"]: result for result in summary["scenarios"]}
-    assert list(by_name) == ["kill", "pause", "graceful"]
+    assert list(by_name) == ["crash", "kill", "pause", "graceful"]
     for result in summary["scenarios"]:
         assert result["connections"] > 0, result
         assert set(result["times_s"]) and not result["unmeasured"], result
@@ -62,6 +62,9 @@ def test_failover_scenario_json(tmp_path: Path, marker: str) -> None:
     bound = FAST.lease_seconds + 2 * FAST.heartbeat_seconds + 2 * TAKEOVER_STEP_SECONDS + 1.5
     assert by_name["kill"]["bound_s"] == bound
     assert by_name["kill"]["max_s"] <= bound
+    # The child's death is seen by its supervisor: fence, hints, claim, connect (DESIGN.md §2e).
+    assert by_name["crash"]["bound_s"] == 1.5 + 1.5
+    assert by_name["crash"]["max_s"] <= by_name["crash"]["bound_s"]
     assert by_name["pause"]["max_s"] <= bound
     assert by_name["pause"]["stale_after_wake"] == 0
     assert by_name["graceful"]["max_s"] <= 1.5
@@ -77,6 +80,6 @@ def test_failover_scenario_json(tmp_path: Path, marker: str) -> None:
     assert totals["delivered"] > 12 * 20  # 20 msg/s per connection for well over a second
 
     # Nothing left behind: neither the recorded pids nor anything that inherited our marker.
-    assert len(summary["pids"]) >= 3 + 3 + 3  # services, workers, replacements
+    assert len(summary["pids"]) >= 3 + 3 + 4  # services, workers, replacements
     assert [pid for pid in summary["pids"] if alive(pid)] == []
     assert processes_with_marker(marker) == []

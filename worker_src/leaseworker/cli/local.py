@@ -71,11 +71,13 @@ def up(  # noqa: PLR0917  (click passes options as keywords)
 
     \b
     Keys in the live view (the target is the worker owning most connections):
-      k kill (SIGKILL)   p pause/resume (SIGSTOP/SIGCONT)   t terminate (SIGTERM)
+      k kill the worker child (SIGKILL; its supervisor fences: the fast path)
+      h kill the whole process group (SIGKILL; a lost host: the lease path)
+      p pause/resume (SIGSTOP/SIGCONT)   t terminate (SIGTERM)
       a add worker       c add connection                   s stop a connection
       q or Ctrl-C        stop every process it started, by pid, and exit
-    Unless --no-auto-faults, about 10 s after start it kills one worker, then
-    terminates another, and shows how long the takeover and the handoff took.
+    Unless --no-auto-faults, about 10 s after start it kills one worker's child,
+    then terminates another, and shows how long the takeover and the handoff took.
 
     \b
     Timings are scaled down (lease 3 s, heartbeat 1 s, reconcile 1 s) so that

@@ -30,9 +30,16 @@ from leaseworker.lease.errors import StoreError
 from leaseworker.local.fleet import TABLE, Fleet
 from leaseworker.local.services import local_dynamodb
 
-FaultKind = Literal["kill", "pause", "terminate"]
+# crash: SIGKILL of the worker child alone, an OOM-like death its supervisor sees (the fence path,
+# DESIGN.md §2e); kill: SIGKILL of the whole process group, a host-like death (the lease path).
+FaultKind = Literal["crash", "kill", "pause", "terminate"]
 RATE_WINDOW_S = 3.0
-SIGNALS = {"kill": signal.SIGKILL, "pause": signal.SIGSTOP, "terminate": signal.SIGTERM}
+SIGNALS = {
+    "crash": signal.SIGKILL,
+    "kill": signal.SIGKILL,
+    "pause": signal.SIGSTOP,
+    "terminate": signal.SIGTERM,
+}
 # One table scan may hold the view's loop this long; a stop request waits for it at most once.
 POLL_DEADLINE_S = 2.0
 CLOSE_DEADLINE_S = 2.0
@@ -53,6 +60,25 @@ def takeover_bound_s(fleet: Fleet, connect_allowance_s: float = 1.5) -> float:
 
 
 HANDOFF_BOUND_S = 1.5  # L2: "about one second"
+# A child's death seen by its supervisor: fence + hints (≈0.3–1 s, the SDK is imported lazily), a
+# peer's sweep and up to two rendezvous steps, then the connect (DESIGN.md §2e).
+FENCE_PATH_S = 1.5
+
+
+def fault_bound_s(fleet: Fleet, kind: FaultKind, connect_allowance_s: float = 1.5) -> float:
+    """The bound a fault's connections must move within: L2 for a graceful stop, the fence path
+    for a crash the supervisor sees, and L1 (the lease path) for a host-like death or a pause."""
+    if kind == "terminate":
+        return HANDOFF_BOUND_S
+    if kind == "crash":
+        return FENCE_PATH_S + connect_allowance_s
+    return takeover_bound_s(fleet, connect_allowance_s)
+
+
+def fault_name(kind: FaultKind) -> str:
+    """SIGKILL child | SIGKILL group | SIGSTOP | SIGTERM: what was sent, and to whom."""
+    name = SIGNALS[kind].name
+    return f"{name} child" if kind == "crash" else f"{name} group" if kind == "kill" else name
 
 
 class Tail:
@@ -191,7 +217,8 @@ class FleetMonitor:
         previous reading if the table cannot be read now)."""
         scanned = self._scan()
         items = scanned[0] if scanned else list(self.items.values())
-        sent_s = self.fleet.signal(worker, SIGNALS[kind])
+        send = self.fleet.signal_child if kind == "crash" else self.fleet.signal
+        sent_s = send(worker, SIGNALS[kind])
         epochs = {
             str(item["connection_id"]): int(item.get("lease_epoch", 0))
             for item in items
@@ -203,7 +230,7 @@ class FleetMonitor:
             Event(
                 sent_s,
                 "fault",
-                f"{SIGNALS[kind].name} {worker} (held {len(epochs)}: {_short(sorted(epochs))})",
+                f"{fault_name(kind)} {worker} (held {len(epochs)}: {_short(sorted(epochs))})",
             )
         )
         if not epochs:
@@ -337,7 +364,7 @@ class FleetMonitor:
                     )
             if record.done:
                 record.closed = True
-                bound = HANDOFF_BOUND_S if record.kind == "terminate" else takeover_bound_s(self.fleet)
+                bound = fault_bound_s(self.fleet, record.kind)
                 verdict = "within" if record.max_s <= bound else "OVER"
                 self.events.append(
                     Event(

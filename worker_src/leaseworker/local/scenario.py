@@ -1,10 +1,13 @@
-"""`leaseworker local up --scenario failover`: kill, pause and terminate workers; report numbers.
+"""`leaseworker local up --scenario failover`: crash, kill, pause and terminate workers; report numbers.
 
 The same experiment as tests/system/test_failover.py, packaged for people and CI:
 1. start the fleet, add the connections, start the workers, wait until every connection is owned;
 2. run steadily for `duration` seconds;
-3. `kill`: SIGKILL the busiest worker; time until each of its connections is subscribed again
-   at a higher epoch (the feed's session log is the clock); start a replacement; run steadily;
+3. `crash`: SIGKILL the busiest worker's child alone (an OOM-like death): its supervisor fences
+   the session and hints, so peers take over at once (the fence path, DESIGN.md §2e); time until
+   each of its connections is subscribed again at a higher epoch (the feed's session log is the
+   clock); start a replacement; run steadily;
+   `kill`: SIGKILL the busiest worker's whole process group (a host-like death): the lease path;
 4. `pause`: SIGSTOP the busiest worker for longer than the lease, time the takeover, SIGCONT it
    and check it delivers nothing under its old leases after waking (self-fencing); run steadily;
 5. `graceful`: SIGTERM the busiest worker; it must exit 0 and its connections must be subscribed
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from leaseworker.local.events import HANDOFF_BOUND_S, Fault, FaultKind, FleetMonitor, takeover_bound_s
+from leaseworker.local.events import Fault, FaultKind, FleetMonitor, fault_bound_s
 from leaseworker.local.fleet import FAST, Fleet
 from leaseworker.local.invariants import check_all
 
@@ -40,7 +43,13 @@ class Step:
     kind: FaultKind
 
 
-STEPS = (Step("kill", "kill"), Step("pause", "pause"), Step("graceful", "terminate"))
+# crash takes the fence path (the supervisor saw its child die), kill the lease path (DESIGN.md §2e).
+STEPS = (
+    Step("crash", "crash"),
+    Step("kill", "kill"),
+    Step("pause", "pause"),
+    Step("graceful", "terminate"),
+)
 
 
 class ScenarioError(RuntimeError):
@@ -119,7 +128,7 @@ class FailoverScenario:
         if step.kind == "pause":
             paused.add(victim)
         self._wait(monitor, lambda: fault.done, FAULT_TIMEOUT_S, f"{step.name}: new subscriptions", soft=True)
-        bound = HANDOFF_BOUND_S if step.kind == "terminate" else takeover_bound_s(fleet)
+        bound = fault_bound_s(fleet, step.kind)
         result: dict[str, Any] = {
             "scenario": step.name,
             "worker": victim,

@@ -29,11 +29,10 @@ from rich.table import Table
 from rich.text import Text
 
 from leaseworker.lease.held_store import SESSION_HELD
-from leaseworker.local.events import HANDOFF_BOUND_S, Fault, FleetMonitor, takeover_bound_s
+from leaseworker.local.events import Fault, FaultKind, FleetMonitor, fault_bound_s, fault_name
 from leaseworker.local.fleet import Fleet
 from leaseworker.local.stopping import StopSignals
 
-SIGNAL_NAMES = {"kill": "SIGKILL", "pause": "SIGSTOP", "terminate": "SIGTERM"}
 REFRESH_S = 0.5
 PLAIN_SUMMARY_S = 5.0
 AUTO_FIRST_FAULT_S = 10.0
@@ -52,7 +51,10 @@ STYLES = {
     "auto": "bold magenta",
 }
 
-KEYS = "k kill  p pause/resume  t terminate  a add worker  c add connection  s stop connection  q quit"
+KEYS = (
+    "k kill the worker child  h kill the whole group (host loss)  p pause/resume  t terminate  "
+    "a add worker  c add connection  s stop connection  q quit"
+)
 
 
 def session_text(state: str) -> Text:
@@ -61,7 +63,7 @@ def session_text(state: str) -> Text:
 
 @dataclass
 class AutoFaults:
-    """The demo's script: once everything is owned, one kill and one graceful terminate.
+    """The demo's script: once everything is owned, one child kill and one graceful terminate.
 
     Each fault is followed by a replacement worker once its connections have moved.
     """
@@ -199,8 +201,9 @@ class LiveView:
             self.monitor.note("q: stopping", "note")
             return "quit"
         target = self.target()
-        if key in "kt" and target:
-            self.monitor.signal("kill" if key == "k" else "terminate", target)
+        if key in "kht" and target:
+            kinds: dict[str, FaultKind] = {"k": "crash", "h": "kill", "t": "terminate"}
+            self.monitor.signal(kinds[key], target)
         elif key == "p":
             if self.paused:
                 name = sorted(self.paused)[0]
@@ -259,11 +262,11 @@ class LiveView:
                 return
             if auto.phase == 0:
                 self.monitor.note(
-                    f"auto 1/2: SIGKILL {target}. Its leases stay valid until they expire "
-                    f"(≤ {self.fleet.timings.lease_seconds:g} s), then a reconcile takes them over",
+                    f"auto 1/2: SIGKILL {target}'s worker child. Its supervisor sees the death, "
+                    "fences the session and hints its connections: peers take over at once",
                     "auto",
                 )
-                auto.fault = self.monitor.signal("kill", target)
+                auto.fault = self.monitor.signal("crash", target)
             else:
                 self.monitor.note(
                     f"auto 2/2: SIGTERM {target}. Graceful: it releases its leases and notifies "
@@ -306,10 +309,10 @@ class LiveView:
         text = Text()
         text.append("failovers: ", style="bold")
         if not self.monitor.faults:
-            text.append("none yet — press k, p or t (or wait for the automatic ones)", style="dim")
+            text.append("none yet — press k, h, p or t (or wait for the automatic ones)", style="dim")
         for fault in self.monitor.faults[-3:]:
-            bound = HANDOFF_BOUND_S if fault.kind == "terminate" else takeover_bound_s(self.fleet)
-            text.append(f"\n  {SIGNAL_NAMES[fault.kind]} {fault.worker}: ")
+            bound = fault_bound_s(self.fleet, fault.kind)
+            text.append(f"\n  {fault_name(fault.kind)} {fault.worker}: ")
             if not fault.epochs:
                 text.append("it held no connections", style="dim")
                 continue
@@ -333,9 +336,10 @@ class LiveView:
         )
         text.append(
             f"FAST timings: lease {t.lease_seconds:g} s, heartbeat {t.heartbeat_seconds:g} s, reconcile "
-            f"{t.reconcile_seconds:g} s, skew {t.max_clock_skew_ms} ms → a killed worker's connections are "
-            f"taken over within ≈ {takeover_bound_s(self.fleet):.1f} s; a graceful stop hands off in "
-            f"≈ {HANDOFF_BOUND_S:g} s",
+            f"{t.reconcile_seconds:g} s, skew {t.max_clock_skew_ms} ms → a crashed worker child's "
+            f"connections are taken over within ≈ {fault_bound_s(self.fleet, 'crash'):.1f} s, a lost host's "
+            f"within ≈ {fault_bound_s(self.fleet, 'kill'):.1f} s; a graceful stop hands off in "
+            f"≈ {fault_bound_s(self.fleet, 'terminate'):g} s",
             style="dim",
         )
         return text
@@ -353,6 +357,8 @@ class LiveView:
                 status = Text("paused", "yellow") if name in self.paused else Text("alive", "green")
             elif code == -signal.SIGKILL:
                 status = Text("killed", "red")
+            elif code == 128 + signal.SIGKILL:  # its supervisor exits with the child's status
+                status = Text("killed (child)", "red")
             else:
                 status = Text(f"exited {code}", "dim")
             age = stats.heartbeat_age_s if stats else None
@@ -415,7 +421,7 @@ class LiveView:
         text.append("keys: ", style="bold")
         pause = f"resume {paused[0]}" if paused else f"pause {target}"
         text.append(
-            f"k kill {target}  p {pause}  t terminate {target}  "
+            f"k kill {target}'s child  h host-kill {target}  p {pause}  t terminate {target}  "
             f"a add worker  c add connection  s stop {self.stop_target() or '-'}  q/Ctrl-C quit\n"
         )
         text.append(
