@@ -22,7 +22,8 @@ class Design:
     checkpoint: float = 5.0
     skew_ms: int = 1000
     sqs: bool = True  # SQS hints on handoff (DESIGN.md §6)
-    supervised: bool = False  # `leaseworker run` supervises the worker child (DESIGN.md §2e)
+    supervised: bool = False  # kill the worker child, which its supervisor sees (DESIGN.md §2e)
+    scale: float | None = None  # a fixed time scale for this design (None: the run's)
     available: bool = True
     note: str = ""
 
@@ -48,15 +49,16 @@ SEED = Design(
 )
 CONNECTION = Design("connection", "connection", note="connection mode, our defaults (DESIGN.md §7)")
 SESSION = Design("session", "session", note="session mode, our defaults")
-# Hook for the lead: once the supervisor lands, set available=True. The fleet's `leaseworker
-# run` is then the supervisor; the kill in failover.py must target the worker child (and, as a
-# second row, the process group) rather than the supervisor's pid.
+# Every design's `leaseworker run` is the supervisor; the others' kills are of the whole process
+# group (a host-like death: the lease path). This one kills the worker child alone, an OOM-like
+# death its supervisor sees (the fence path), at production timings: the fence path's delays (the
+# supervisor's fence and hints, SQS, one DynamoDB round trip) do not scale with the periods.
 SESSION_SUPERVISED = Design(
     "session+supervisor",
     "session",
     supervised=True,
-    available=False,
-    note="session mode with the fast-takeover supervisor (not on main yet)",
+    scale=1.0,
+    note="session mode; SIGKILL of the worker child, which its supervisor sees; unscaled timings",
 )
 
 DESIGNS: tuple[Design, ...] = (SEED, CONNECTION, SESSION, SESSION_SUPERVISED)

@@ -18,14 +18,16 @@ def busiest(fleet: Fleet, live: set[str]) -> str:
     return max(sorted(live), key=owners.count)
 
 
-def fault(fleet: Fleet, victim: str, signum: int, timeout: float) -> list[float]:
-    """Signal `victim`; seconds (scaled run) until each connection it held is subscribed again
-    at a higher epoch, `inf` for any that was not within `timeout`."""
+def fault(fleet: Fleet, victim: str, signum: int, timeout: float, *, child: bool = False) -> list[float]:
+    """Signal `victim`'s process group (or, with `child`, its worker child alone); seconds (scaled
+    run) until each connection it held is subscribed again at a higher epoch, `inf` for any that
+    was not within `timeout`."""
     before = fleet.leases()
     ids = {cid for cid, (owner, _) in before.items() if owner == victim}
     if not ids:
         return []
-    sent_ms = int(fleet.signal(victim, signum) * 1000)
+    send = fleet.signal_child if child else fleet.signal
+    sent_ms = int(send(victim, signum) * 1000)
     found: dict[str, float] = {}
 
     def done() -> bool:

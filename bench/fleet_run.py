@@ -47,7 +47,8 @@ CONFIGS = {c.name: c for c in (QUICK, FULL, TINY, SMOKE)}
 
 def run_design(design: Design, config: Config, *, keep: Path | None = None) -> dict[str, Any]:
     """Run `design`; with `keep`, its fleet's logs and sink stay in keep/<design>."""
-    timings = design.timings(config.scale)
+    scale = design.scale or config.scale
+    timings = design.timings(scale)
     bound = timings.lease_seconds + timings.reconcile_seconds + timings.max_clock_skew_ms / 1000 + 15
     with contextlib.ExitStack() as stack:
         if keep:
@@ -85,11 +86,12 @@ def run_design(design: Design, config: Config, *, keep: Path | None = None) -> d
                 serial = config.workers
                 for signum, times, rounds in (
                     (signal.SIGKILL, kills, config.kills),
-                    (signal.SIGTERM, terms, config.terms),
+                    (signal.SIGTERM, terms, 0 if design.supervised else config.terms),  # as session's
                 ):
                     for _ in range(rounds):
                         victim = busiest(fleet, live)
-                        times += [t / config.scale for t in fault(fleet, victim, signum, bound)]
+                        child = design.supervised and signum == signal.SIGKILL
+                        times += [t / scale for t in fault(fleet, victim, signum, bound, child=child)]
                         live.discard(victim)
                         fleet.wait_exit(victim, timeout=timings.shutdown_grace_seconds + 5)
                         replacement = f"w{serial}"
@@ -110,11 +112,13 @@ def run_design(design: Design, config: Config, *, keep: Path | None = None) -> d
             "skew_ms": design.skew_ms,
             "sqs_hints": design.sqs,
         },
+        "scale": scale,
+        "kill": "child" if design.supervised else "group",
         "all_owned_at_start": owned,
         "spread": spread,
         "window_scaled_s": config.steady_seconds,
         "kinds": {
-            kind: {"count": n, "per_s_real": n / config.steady_seconds * config.scale, **prices.get(kind, {})}
+            kind: {"count": n, "per_s_real": n / config.steady_seconds * scale, **prices.get(kind, {})}
             for kind, n in sorted(counts.items())
         },
         "read_samples": {
