@@ -146,6 +146,8 @@ def run_scenarios(fleet: Fleet, ids: list[str], alive: set[str], sampler: Checkp
     wait_until(lambda: all_owned(fleet, alive), 20, "takeover of the paused worker's connections")
     taken = wait_for_subscribes(fleet, paused, stopped_ms, before)
     figures["pause_takeover_max_s"] = max(taken.values())
+    # Connection-mode leases can expire and move before a peer's observation fences the session.
+    wait_until(lambda: bool((fleet.session("w3") or {}).get("fenced_by")), 15, "w3's session fenced")
     fleet.signal("w3", signal.SIGCONT)
     # Its peers fenced its session while it was paused: it learns so at its next heartbeat,
     # drops everything and exits with the fenced status (DESIGN.md §2.0), never delivering.

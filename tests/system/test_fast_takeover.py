@@ -92,6 +92,9 @@ def test_child_paused_past_the_lease_is_not_fenced_by_its_supervisor(tmp_path: P
         stopped_ms = int(fleet.signal_child("w2", signal.SIGSTOP) * 1000)
         alive.discard("w2")
         wait_for_subscribes(fleet, paused, stopped_ms, before)
+        # In connection mode the expired leases can move before a peer's observation (L on its
+        # own clock, judged at its listings) fences the session: wait for that fence.
+        wait_until(lambda: bool((fleet.session("w2") or {}).get("fenced_by")), 15, "w2's session fenced")
         session = fleet.session("w2")
         assert session is not None and not str(session.get("fenced_by", "")).startswith("supervisor:"), (
             session

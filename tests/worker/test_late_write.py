@@ -28,6 +28,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,7 @@ from leaseworker.aws import LEASE_CLIENT_CONFIG
 from leaseworker.local.invariants import Delivered, Report, check_s1_arrival
 from leaseworker.local.proxy import TcpProxy
 from leaseworker.local.stream import read_arrivals
-from leaseworker.no_linger import NoLingerAIOHTTPSession
+from leaseworker.no_linger import NoLingerAIOHTTPSession, send_deadline
 from leaseworker.records import SinkRecord
 from leaseworker.sinks import SinkError
 from leaseworker.sinks.factory import KINESIS_MAX_POOL_CONNECTIONS, kinesis_client_config
@@ -418,3 +419,31 @@ async def test_nothing_a_killed_writer_had_queued_lands_after_its_death(
     else:
         assert [d.epoch for d in arrivals] == [2] * count
         assert report.ok, report.violations
+
+
+# -- a write that starts after its deadline (the process stopped between check and send) ----------
+
+
+async def test_nothing_is_written_past_the_send_deadline(
+    direct_kinesis: KinesisClient, moto_endpoint: str
+) -> None:
+    """A delivery checks its lease, then the process stops before its request is written: on
+    waking, asyncio would run the write before the timer that cancels it. The send deadline is
+    checked at the socket write itself, so such a request is dropped, never sent late."""
+    client = direct_kinesis
+    await client.create_stream(StreamName="send-deadline", ShardCount=1)
+    await client.get_waiter("stream_exists").wait(
+        StreamName="send-deadline", WaiterConfig={"Delay": 1, "MaxAttempts": 20}
+    )
+    sink = KinesisSink(client, "send-deadline", deadline_seconds=3)
+
+    def one(seq: int) -> list[SinkRecord]:
+        return [SinkRecord(CONNECTION, seq, 1, "worker-a", 1_700_000_000_000 + seq, "d")]
+
+    with send_deadline(time.monotonic() + 30):
+        await sink.write(one(1))  # in time: sent (and the connection pooled)
+    with send_deadline(time.monotonic() - 0.001), pytest.raises((SinkError, OSError)):
+        await sink.write(one(2))  # past it: the pooled connection sends nothing
+    await sink.write(one(3))  # no deadline: the client still works
+    arrivals = await read_arrivals(moto_endpoint, "send-deadline")
+    assert [record.seq for record in arrivals] == [1, 3]

@@ -32,6 +32,16 @@ an abort. The second step sets `TCPConnector._factory`, a private attribute of a
 versions are pinned in requirements.txt, `_create_connector` fails loudly if the attribute is
 gone, and tests/worker/test_sinks.py checks both effects on live sockets.
 
+3. **A write that starts after its deadline.** A delivery checks its lease right before it
+   calls the sink, but the process can stop between that check and the moment its bytes are
+   written (SIGSTOP, a VM freeze): on waking, asyncio runs the pending write before the timer
+   that would cancel it (I/O callbacks precede due timers in one loop iteration), and a request
+   built under a valid lease lands after the takeover (seen: tests/system/test_failover.py, one
+   PutRecords of epoch 1 in the shard after its successor's records). So a delivery sets
+   `send_deadline(valid_until)`, and every write to these connections checks it at the moment of
+   writing: past it, the connection is aborted and nothing is sent. The ContextVar follows the
+   request into aiohttp's body-writing task, which copies the context when it is created.
+
 What this cannot prevent: a request that reached the server in full before it was abandoned
 (e.g. Kinesis slow to answer) may still be applied. The consumer filter (`leaseworker.consumer`)
 drops such a record by its lower epoch.
@@ -40,9 +50,13 @@ drops such a record by its lower epoch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import socket
 import struct
+import time
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import aiohttp
@@ -53,6 +67,51 @@ if TYPE_CHECKING:
     from aiohappyeyeballs import AddrInfoType
 
 LINGER_ZERO: Final = struct.pack("ii", 1, 0)  # struct linger {l_onoff = 1, l_linger = 0}
+
+# The monotonic instant after which no byte of the current request may be written (None: no limit).
+SEND_DEADLINE: ContextVar[float | None] = ContextVar("leaseworker_send_deadline", default=None)
+
+
+class SendDeadlinePassed(ConnectionResetError):
+    """A write was attempted after its request's deadline; the connection was aborted unsent."""
+
+
+@contextlib.contextmanager
+def send_deadline(at: float) -> Iterator[None]:
+    """Requests made inside this block send nothing once time.monotonic() reaches `at`."""
+    token = SEND_DEADLINE.set(at)
+    try:
+        yield
+    finally:
+        SEND_DEADLINE.reset(token)
+
+
+def _check_deadline(transport: asyncio.BaseTransport) -> None:
+    deadline = SEND_DEADLINE.get()
+    if deadline is not None and time.monotonic() >= deadline:
+        if isinstance(transport, asyncio.WriteTransport):
+            transport.abort()
+        raise SendDeadlinePassed("send deadline passed: the request was dropped, never sent late")
+
+
+def _guard_writes(transport: asyncio.BaseTransport) -> None:
+    """Make this transport's write and writelines check SEND_DEADLINE first."""
+    write, writelines = getattr(transport, "write", None), getattr(transport, "writelines", None)
+    if write is not None:
+
+        def checked_write(data: Any) -> None:
+            _check_deadline(transport)
+            write(data)
+
+        transport.write = checked_write  # type: ignore[attr-defined]
+    if writelines is not None:
+
+        def checked_writelines(lines: Any) -> None:
+            _check_deadline(transport)
+            writelines(lines)
+
+        transport.writelines = checked_writelines  # type: ignore[attr-defined]
+
 
 # Futures of aborted connections whose socket is not closed yet (asyncio closes it one loop
 # iteration after abort()). abandoned_sockets_closed() waits for them.
@@ -72,7 +131,12 @@ def no_linger_socket(addr_info: AddrInfoType) -> socket.socket:
 
 
 class AbortOnCloseHandler(ResponseHandler):
-    """aiohttp's response protocol, except that closing the connection aborts it."""
+    """aiohttp's response protocol, except that closing the connection aborts it, and that
+    nothing is written past the request's send deadline (point 3 above)."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        _guard_writes(transport)
+        super().connection_made(transport)
 
     def close(self) -> None:
         if self.transport is not None and not self._connection_lost_called:

@@ -132,6 +132,7 @@ class Worker:
             relay=relay,
             stop_acquiring=self._stop_acquiring,
             holder_check=self._peers.check_holder,
+            refresh_peers=self._peers.refresh,
         )
 
     @property

@@ -39,7 +39,9 @@ class Hints:
         relay: HintRelay,
         stop_acquiring: asyncio.Event,
         holder_check: Callable[[str, str], Awaitable[bool]] | None = None,
+        refresh_peers: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
+        self._refresh_peers = refresh_peers
         self._holder_check = holder_check
         self._ownership = ownership
         self._registry = registry
@@ -61,10 +63,11 @@ class Hints:
             if self._stop.is_set():
                 await self._relay.pass_on(connection_id)
                 return
-            if not await self._acquirer.has_room():
-                # Full by our last listing, which may still count a peer the supervisor has just
-                # fenced (its hints are how we hear of the death first): if the holder is fenced,
-                # our share has grown and its connections are being taken over; else pass on.
+            if not await self._acquirer.has_room() and not await self._room_after_listing():
+                # Full by a fresh listing too, which may still count a peer the supervisor has
+                # just fenced (its hints are how we hear of the death first): if the holder is
+                # fenced, our share has grown and its connections are being taken over; else the
+                # hint goes on to a peer that may have room.
                 if not await self._holder_fenced(connection_id):
                     await self._relay.pass_on(connection_id)
                 return
@@ -103,3 +106,11 @@ class Hints:
         if item is None or not item.lease_owner:
             return False
         return await self._holder_check(item.lease_owner, connection_id)
+
+    async def _room_after_listing(self) -> bool:
+        """Our share from a listing made now: after a handoff, the last one still counts the
+        leaving worker and its load (seen as 2-3 s handoff tails, DESIGN.md §2c L2)."""
+        if self._refresh_peers is None or not await self._refresh_peers():
+            return False
+        await self._acquirer.refresh_share()
+        return self._acquirer.capacity() > 0

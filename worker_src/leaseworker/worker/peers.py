@@ -59,6 +59,7 @@ HOLDER_CHECK_SECONDS = 1.0
 REAP_AFTER_LEASES = 2
 OVER_SHARE_RANKS = 2  # the first choices that claim a dead peer's connection beyond their share
 OVER_SHARE_AFTER_SECONDS = 0.5  # after finding no room (room elsewhere would have claimed by then)
+REFRESH_SECONDS = 0.25  # the least gap between listings a full worker's hints ask for
 SETTLE_SECONDS = 1.0  # a takeover claim that finds us full waits this long for our claims in flight
 
 
@@ -106,6 +107,8 @@ class PeerWatch:
         self._orphaned: dict[str, int] = {}  # fenced peer -> its claimable connections, last sweep
         self._live: list[str] = []  # the live workers at the last listing, for rendezvous
         self._checked: dict[str, float] = {}  # holder -> when a hint last made us look
+        self._listing = asyncio.Lock()
+        self._listed_at = -math.inf
         self._fenced: dict[str, SessionInfo] = {}  # peers seen fenced, until their session is reaped
 
     @property
@@ -122,7 +125,24 @@ class PeerWatch:
                     await self.round()
                 await wait_any(self._settings.heartbeat_seconds, self._stop)
 
+    async def refresh(self) -> bool:
+        """List now rather than at our next heartbeat, for a hint that found us full: a peer may
+        have just withdrawn (its load then no longer counts) or been fenced. At most once per
+        REFRESH_SECONDS; True if it listed."""
+        if self._group is None or self._stop.is_set():
+            return False
+        if time.monotonic() - self._listed_at < REFRESH_SECONDS:
+            return False
+        with survive("peers"):
+            await self.round()
+        return True
+
     async def round(self) -> None:
+        async with self._listing:  # one listing at a time: the observer sees them in order
+            self._listed_at = time.monotonic()
+            await self._round()
+
+    async def _round(self) -> None:
         with self._tracing.span("session.peers"):
             try:
                 sessions = await self._sessions.list_sessions()

@@ -27,6 +27,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from leaseworker.lease.model import Lease, LeaseState
+from leaseworker.no_linger import send_deadline
 from leaseworker.observability.logging import get_logger, log_context
 from leaseworker.observability.metrics import MetricName, WorkerMetrics
 from leaseworker.observability.tracing import Tracing
@@ -304,8 +305,9 @@ class ConnectionSession:
             raise _Stop(self._ending())
         try:
             # The write may not outlive the lease: past the deadline another epoch may deliver.
-            async with asyncio.timeout(self.lease.valid_until - now):
-                await self._deps.sink.write(batch, valid=self._valid)
+            with send_deadline(self.lease.valid_until):  # checked again at each socket write
+                async with asyncio.timeout(self.lease.valid_until - now):
+                    await self._deps.sink.write(batch, valid=self._valid)
         except (SinkError, TimeoutError) as error:
             accepted = min(max(error.accepted, 0), len(batch)) if isinstance(error, SinkError) else 0
             self._delivered(batch[:accepted])
