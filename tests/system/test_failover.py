@@ -18,6 +18,7 @@ import pytest
 
 from leaseworker.local.fleet import FAST, Fleet, poll_until
 from leaseworker.local.invariants import Delivered, by_connection, check_arrivals
+from leaseworker.worker.acquirer import RECONCILE_JITTER
 from leaseworker.worker.fenced import EXIT_FENCED
 from leaseworker.worker.peers import TAKEOVER_STEP_SECONDS
 
@@ -32,7 +33,7 @@ CONNECT_ALLOWANCE_S = 1.5  # connect + subscribe + scheduling on a loaded 2-core
 L1_BOUND_S = {
     "connection": FAST.lease_seconds
     + FAST.max_clock_skew_ms / 1000
-    + FAST.reconcile_seconds
+    + FAST.reconcile_seconds * (1 + RECONCILE_JITTER)  # the longest (jittered) reconcile period
     + CONNECT_ALLOWANCE_S,
     "session": FAST.lease_seconds
     + 2 * FAST.heartbeat_seconds

@@ -66,6 +66,9 @@ class Acquirer:
         self.target = settings.max_connections  # refined by each fleet view
         self.viewed_at = -math.inf
         self._previous_shed = 0
+        self._free = 0  # free connections in the last fleet view
+        self._live_peers = 0
+        self._free_rounds = 0  # consecutive reconciles that saw free connections
 
     async def run(self) -> None:
         while not self._stop.is_set():
@@ -81,6 +84,17 @@ class Acquirer:
         await self.refresh_share()
         await self._release_stopped()
         capacity = self.capacity()
+        over_share = False
+        # Free connections seen by two reconciles in a row while we are full: the fleet lacks
+        # owners, not room. Every survivor can be "full" at once, because each counts the
+        # others' published load, which lags their claims by up to a heartbeat (seen: an expired
+        # lease left 2 s longer, 5.87 s against a 5.7 s L1). So claim our part of them beyond
+        # our share (never beyond MAX_CONNECTIONS); rebalancing hands any excess back gracefully.
+        free_rounds = self._free_rounds
+        self._free_rounds = free_rounds + 1 if self._free > 0 else 0
+        if capacity <= 0 and free_rounds >= 1 and self._free > 0:
+            part = math.ceil(self._free / (self._live_peers + 1))
+            capacity, over_share = min(part, self.capacity(over_share=True)), True
         if capacity <= 0:
             return
         try:
@@ -93,9 +107,11 @@ class Acquirer:
         if candidates:
             self._metrics.count(MetricName.OrphansSeen, len(candidates))
         random.shuffle(candidates)  # peers reconciling at once start on different items
+        if over_share:
+            candidates = candidates[:capacity]
         async with asyncio.TaskGroup() as group:
             for cid in candidates:
-                group.create_task(self.claim(cid))
+                group.create_task(self.claim(cid, over_share=over_share))
 
     async def refresh_share(self) -> None:
         """Recompute this worker's fair share; on a store error keep the previous one."""
@@ -107,6 +123,7 @@ class Acquirer:
             return
         self.viewed_at = time.monotonic()
         peers = view.peers
+        self._free, self._live_peers = view.free, len(peers)
         owned = len(self._registry.held())
         share = fair_share(
             owned=owned,
