@@ -55,7 +55,7 @@ import functools
 import socket
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -86,31 +86,31 @@ def send_deadline(at: float) -> Iterator[None]:
         SEND_DEADLINE.reset(token)
 
 
-def _check_deadline(transport: asyncio.BaseTransport) -> None:
+def _check_deadline(transport: asyncio.WriteTransport) -> None:
     deadline = SEND_DEADLINE.get()
     if deadline is not None and time.monotonic() >= deadline:
-        if isinstance(transport, asyncio.WriteTransport):
-            transport.abort()
+        transport.abort()
         raise SendDeadlinePassed("send deadline passed: the request was dropped, never sent late")
 
 
 def _guard_writes(transport: asyncio.BaseTransport) -> None:
     """Make this transport's write and writelines check SEND_DEADLINE first."""
-    write, writelines = getattr(transport, "write", None), getattr(transport, "writelines", None)
-    if write is not None:
+    if not isinstance(transport, asyncio.WriteTransport):
+        return
+    write, writelines = transport.write, transport.writelines
 
-        def checked_write(data: Any) -> None:
-            _check_deadline(transport)
-            write(data)
+    def checked_write(data: bytes | bytearray | memoryview) -> None:
+        _check_deadline(transport)
+        write(data)
 
-        transport.write = checked_write  # type: ignore[attr-defined]
-    if writelines is not None:
+    def checked_writelines(lines: Iterable[bytes | bytearray | memoryview[Any]]) -> None:
+        _check_deadline(transport)
+        writelines(lines)
 
-        def checked_writelines(lines: Any) -> None:
-            _check_deadline(transport)
-            writelines(lines)
-
-        transport.writelines = checked_writelines  # type: ignore[attr-defined]
+    # Instance attributes shadow the class's methods for this one connection, on purpose: aiohttp
+    # calls transport.write/writelines, and there is no hook between them and the socket.
+    transport.write = checked_write  # type: ignore[method-assign]
+    transport.writelines = checked_writelines  # type: ignore[method-assign,assignment]
 
 
 # Futures of aborted connections whose socket is not closed yet (asyncio closes it one loop

@@ -216,8 +216,8 @@ class PeerWatch:
         # Takeover time counts from the death as best known: the confirmed fence follows the
         # exit within a second; a suspicion, the last heartbeat.
         since = session.fenced_at_ms if kind == CONFIRMED else session.updated_at_ms
-        live = self._live if self._me in self._live else [*self._live, self._me]
-        await self._take_over(dead, kind, since or now_ms(), live, fenced_at_ms=session.fenced_at_ms)
+        # claim_delay ranks us even when our own session is not listed yet.
+        await self._take_over(dead, kind, since or now_ms(), self._live, fenced_at_ms=session.fenced_at_ms)
 
     async def _fence(self, verdict: Verdict) -> bool:
         reason = f"hb {verdict.hb} unchanged for {verdict.still_for:.1f} s on {self._me}'s clock"
