@@ -124,6 +124,9 @@ def is_expired(expires_at_ms: int, now_ms: int, settings: Settings) -> bool:
     return expires_at_ms < now_ms - settings.max_clock_skew_ms
 
 
+DEADLINE_PASSED = "local deadline passed"  # why a lease lapsed: no renewal reached us in time
+
+
 class LeaseState(enum.Enum):
     ACQUIRING = "acquiring"  # the conditional write is in flight; nothing may be delivered yet
     HELD = "held"  # renewed recently enough: deliveries allowed until `valid_until`

@@ -15,7 +15,6 @@ A signal only sets an Event. `run` turns it into the ordered, bounded shutdown o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,12 +41,12 @@ from leaseworker.worker.peers import PeerWatch
 from leaseworker.worker.registry import Owned, Registry
 from leaseworker.worker.relay import HintRelay
 from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, SessionResult
+from leaseworker.worker.settle import Settler
 from leaseworker.worker.waits import wait_any
 
 logger = get_logger(__name__)
 
 SHUTDOWN_MARGIN_SECONDS = 2.0  # left of SHUTDOWN_GRACE_SECONDS for client teardown and exit
-RELEASE_RETRY_DELAYS = (0.2, 0.5, 1.0)  # a failed release is retried, then left to expire
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +90,15 @@ class Worker:
         self._fenced: Fenced | None = None
         self._leaving = False
         self._group: asyncio.TaskGroup | None = None
+        self._settler = Settler(
+            ownership, deps, notifier, fenced=lambda: self._fenced is not None or coordination.validity.fenced
+        )
         parts = (ownership, self._registry, self._settings, self._metrics, self._tracing)
         self._acquirer = Acquirer(
             *parts,
             stop_acquiring=self._stop_acquiring,
             start=self._start_session,
-            give_back=self._give_back,
+            give_back=self._settler.give_back,
             fleet_view=self._fleet_view,
         )
         self._keeper = LeaseKeeper(*parts)
@@ -286,48 +288,9 @@ class Worker:
                 logger.exception("session crashed")
                 result = SessionResult(Outcome.FAILED, f"session crashed: {type(error).__name__}: {error}")
             try:
-                await self._settle(session, result)
+                await self._settler.settle(session, result)
             finally:
                 self._registry.remove(lease.connection_id)
-
-    async def _settle(self, session: ConnectionSession, result: SessionResult) -> None:
-        lease = session.lease
-        if result.outcome is Outcome.LOST:
-            self._metrics.count(MetricName.LeasesLost)
-            logger.warning(
-                "lease lost", extra={"reason": result.reason, "delivered_seq": session.delivered_seq}
-            )
-            return
-        for delay in (*RELEASE_RETRY_DELAYS, None):
-            try:
-                if result.outcome is Outcome.FAILED:
-                    await self._ownership.mark_failed(lease, result.reason, session.delivered_seq)
-                    logger.error("connection marked failed", extra={"reason": result.reason})
-                else:
-                    with self._tracing.span("lease.release", connection_id=lease.connection_id):
-                        released = await self._ownership.release(lease, session.delivered_seq)
-                    logger.info(
-                        "lease released",
-                        extra={
-                            "released": released,
-                            "last_seq": session.delivered_seq,
-                            "reason": result.reason,
-                        },
-                    )
-                break
-            except StoreError as error:
-                if delay is None:
-                    logger.error("could not release; the lease will expire", extra={"error": str(error)})
-                    return
-                logger.warning("release failed; retrying", extra={"error": str(error), "delay_s": delay})
-                await asyncio.sleep(delay)
-        await self._notifier.connection_changed(lease.connection_id)
-
-    async def _give_back(self, acquired: Acquired) -> None:
-        """A claim that landed after shutdown began: release it at once, with a hint."""
-        with contextlib.suppress(StoreError):
-            await self._ownership.release(acquired.lease, None)
-            await self._notifier.connection_changed(acquired.lease.connection_id)
 
     # ------------------------------------------------------------------ the fleet
 

@@ -52,10 +52,15 @@ class Checkpointer:
 
     async def round(self) -> None:
         live = self._registry.live()
+        if self._settings.lease_mode == "session":
+            # A lapsed lease keeps its entry until it is handed back: while our session is not
+            # fenced its item names us, and the entry is its checkpoint (worker/settle.py).
+            live += self._registry.lapsed()
         progress = [
             Progress(o.lease, o.session.delivered_seq, o.session.checkpointed_seq)
             for o in live
-            if o.lease.state is LeaseState.HELD or o.session.delivered_seq > o.session.checkpointed_seq
+            if o.lease.state is not LeaseState.RELEASING  # held, or lapsed: keep the entry
+            or o.session.delivered_seq > o.session.checkpointed_seq
         ]
         if not any(entry.advanced for entry in progress):
             return

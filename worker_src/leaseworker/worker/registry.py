@@ -11,7 +11,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from leaseworker.lease.model import Lease, LeaseState
+from leaseworker.lease.model import DEADLINE_PASSED, Lease, LeaseState
 from leaseworker.worker.session import ConnectionSession
 
 
@@ -52,6 +52,14 @@ class Registry:
     def live(self) -> list[Owned]:
         """Leases still ours, including those being handed back: both keep being renewed."""
         return [o for o in self.owned.values() if o.lease.state in (LeaseState.HELD, LeaseState.RELEASING)]
+
+    def lapsed(self) -> list[Owned]:
+        """Leases lost only to our own deadline, not yet settled (session mode hands them back)."""
+        return [
+            o
+            for o in self.owned.values()
+            if o.lease.state is LeaseState.LOST and o.lease.end_reason == DEADLINE_PASSED
+        ]
 
     def __len__(self) -> int:
         return len(self.owned)

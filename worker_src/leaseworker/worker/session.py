@@ -26,7 +26,7 @@ from typing import NoReturn
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from leaseworker.lease.model import Lease, LeaseState
+from leaseworker.lease.model import DEADLINE_PASSED, Lease, LeaseState
 from leaseworker.no_linger import send_deadline
 from leaseworker.observability.logging import get_logger, log_context
 from leaseworker.observability.metrics import MetricName, WorkerMetrics
@@ -336,7 +336,7 @@ class ConnectionSession:
         if self.lease.state is LeaseState.RELEASING and time.monotonic() < self.lease.valid_until:
             return SessionResult(Outcome.RELEASE, self.lease.end_reason or "released")
         if self.lease.state is not LeaseState.LOST:
-            self.lease.lose("local deadline passed")
+            self.lease.lose(DEADLINE_PASSED)
             self._deps.metrics.count(MetricName.SelfFenced)
             logger.warning("self-fenced: lease deadline passed without a renewal")
         return SessionResult(Outcome.LOST, self.lease.end_reason or "lost")

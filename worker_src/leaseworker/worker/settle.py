@@ -1,0 +1,100 @@
+"""How a connection's session ends in the table: released, marked failed, or lost (DESIGN.md §3).
+
+A lost lease is normally someone else's already (taken over, or our session fenced). One case
+is not: in session mode a connection item is held by our session item, not by an expiring
+lease, so when our local deadline passed (a pause, a partition) while our session was never
+fenced, the item still names us and nobody will ever take it over. Such a lapsed lease is handed
+back like a graceful release, with what the sink accepted, as soon as DynamoDB answers; the
+checkpointer keeps its entry in our checkpoint item until then (`Registry.lapsed`). The write is
+conditioned on our owner and epoch, so it cannot touch a takeover, and it delivers nothing.
+Found by the seeded fault suite (a SIGSTOP shorter than a peer's suspicion: L1 and S3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from leaseworker.lease.errors import StoreError
+from leaseworker.lease.model import DEADLINE_PASSED, Lease
+from leaseworker.lease.ownership import Ownership
+from leaseworker.lease.store import Acquired
+from leaseworker.notify import Notifier
+from leaseworker.observability.logging import get_logger
+from leaseworker.observability.metrics import MetricName
+from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, SessionResult
+
+logger = get_logger(__name__)
+
+RELEASE_RETRY_DELAYS = (0.2, 0.5, 1.0)  # a failed release is retried, then left to expire
+LAPSED_RETRY_SECONDS = 0.5  # a lapsed session-held lease: retried until handed back or fenced
+
+
+class Settler:
+    def __init__(
+        self, ownership: Ownership, deps: SessionDeps, notifier: Notifier, *, fenced: Callable[[], bool]
+    ) -> None:
+        self._ownership = ownership
+        self._settings = deps.settings
+        self._metrics = deps.metrics
+        self._tracing = deps.tracing
+        self._notifier = notifier
+        self._fenced = fenced
+
+    async def settle(self, session: ConnectionSession, result: SessionResult) -> None:
+        lease = session.lease
+        if result.outcome is Outcome.LOST:
+            self._metrics.count(MetricName.LeasesLost)
+            logger.warning(
+                "lease lost", extra={"reason": result.reason, "delivered_seq": session.delivered_seq}
+            )
+            if lapsed(lease, self._settings.lease_mode):
+                await self._hand_back_lapsed(session)
+            return
+        for delay in (*RELEASE_RETRY_DELAYS, None):
+            try:
+                if result.outcome is Outcome.FAILED:
+                    await self._ownership.mark_failed(lease, result.reason, session.delivered_seq)
+                    logger.error("connection marked failed", extra={"reason": result.reason})
+                else:
+                    await self._release(session, result.reason)
+                break
+            except StoreError as error:
+                if delay is None:
+                    logger.error("could not release; the lease will expire", extra={"error": str(error)})
+                    return
+                logger.warning("release failed; retrying", extra={"error": str(error), "delay_s": delay})
+                await asyncio.sleep(delay)
+        await self._notifier.connection_changed(lease.connection_id)
+
+    async def give_back(self, acquired: Acquired) -> None:
+        """A claim that landed after shutdown began: release it at once, with a hint."""
+        with contextlib.suppress(StoreError):
+            await self._ownership.release(acquired.lease, None)
+            await self._notifier.connection_changed(acquired.lease.connection_id)
+
+    async def _release(self, session: ConnectionSession, reason: str) -> bool:
+        lease = session.lease
+        with self._tracing.span("lease.release", connection_id=lease.connection_id):
+            released = await self._ownership.release(lease, session.delivered_seq)
+        extra = {"released": released, "last_seq": session.delivered_seq, "reason": reason}
+        logger.info("lease released", extra=extra)
+        return released
+
+    async def _hand_back_lapsed(self, session: ConnectionSession) -> None:
+        """Until it lands, or our session turns out fenced (then peers take it over from our
+        checkpoint item): if it was taken over meanwhile, the condition refuses it."""
+        while not self._fenced():
+            try:
+                if await self._release(session, "our local deadline passed; handing it back"):
+                    await self._notifier.connection_changed(session.lease.connection_id)
+                return
+            except StoreError as error:
+                logger.warning("could not hand back a lapsed lease yet", extra={"error": str(error)})
+            await asyncio.sleep(LAPSED_RETRY_SECONDS)
+
+
+def lapsed(lease: Lease, mode: str) -> bool:
+    """A session-held lease lost only to our own deadline: the item still names our session."""
+    return mode == "session" and lease.end_reason == DEADLINE_PASSED
