@@ -123,7 +123,7 @@ def test_verdict_counts_stale_arrivals_and_names_s1() -> None:
     late = [d(0, 1), d(1, 2), d(2, 1), d(3, 2)]  # epoch 1 lands after epoch 2 began
     assert stale_count(clean) == 0
     assert stale_count(late) == 1
-    evidence = Evidence(1, "session", late, [], [], [], {}, [], set(), {}, 5.0, 1.5)
+    evidence = Evidence(1, "session", late, [], [], [], {}, [], set(), {}, 5.0, 1.5, 3.0)
     verdict = judge(evidence)
     assert verdict.failed() == ["S1 one deliverer"]
     assert verdict.counts["stale"] == 1

@@ -30,7 +30,7 @@ EXIT_FENCED: Final = 3  # leaseworker.worker.fenced.EXIT_FENCED, kept literal: n
 @dataclass
 class Measure:
     nemesis: str
-    bound: str  # "L1" (takeover), "L2" (handoff) or "" (none: only safety applies)
+    bound: str  # "L1" (takeover), "L1F" (fence path), "L2" (handoff) or "" (only safety applies)
     at_ms: int
     worker: str
     victims: dict[str, int]  # connection_id -> epoch it had when the fault began
@@ -67,18 +67,34 @@ class Base:
 
 
 def _signal(chaos: Chaos, worker: str, signum: int) -> int:
-    os.kill(chaos.fleet.workers[worker].pid, signum)
+    """`signum` to the worker's whole process group, its supervisor and the worker child: a
+    SIGSTOP or SIGKILL of the supervisor's pid alone would leave the child running."""
+    return int(chaos.fleet.signal(worker, signum) * 1000)
+
+
+def _terminate_signal(chaos: Chaos, worker: str) -> int:
+    """SIGTERM to the supervisor alone, as ECS sends it to PID 1: it forwards it to the child."""
+    os.kill(chaos.fleet.workers[worker].pid, signal.SIGTERM)
     return time.time_ns() // 1_000_000
 
 
 class SigKill(Base):
+    """SIGKILL of the whole process group (a host-like death: the lease path, L1) or of the worker
+    child alone (an OOM-like death its supervisor sees: the fence path, L1F, DESIGN.md §2e)."""
+
     def start(self, chaos: Chaos) -> None:
         worker = chaos.victim(self.spec.target)
         if worker is None:
             return
         held = chaos.held_by(worker)
-        at = _signal(chaos, worker, signal.SIGKILL)
-        chaos.measures.append(Measure("sigkill", "L1", at, worker, held, expect_exit=-signal.SIGKILL))
+        if self.spec.params.get("child"):
+            at = int(chaos.fleet.signal_child(worker, signal.SIGKILL) * 1000)
+            # The supervisor fences, then exits as a shell would report the child: 128 + 9.
+            measure = Measure("sigkill child", "L1F", at, worker, held, expect_exit=128 + signal.SIGKILL)
+        else:
+            at = _signal(chaos, worker, signal.SIGKILL)
+            measure = Measure("sigkill group", "L1", at, worker, held, expect_exit=-signal.SIGKILL)
+        chaos.measures.append(measure)
 
 
 class SigStop(Base):
@@ -101,7 +117,7 @@ class SigStop(Base):
 
 def _terminate(chaos: Chaos, worker: str, nemesis: str) -> None:
     held = chaos.held_by(worker)
-    at = _signal(chaos, worker, signal.SIGTERM)
+    at = _terminate_signal(chaos, worker)
     chaos.measures.append(Measure(nemesis, "L2", at, worker, held, expect_exit=EXIT_OK))
 
 

@@ -27,6 +27,7 @@ from leaseworker.chaos.observe import MemorySampler, TableSampler, slope_kib_per
 from leaseworker.chaos.schedule import Schedule, takeover_bound_s
 from leaseworker.chaos.throttle_proxy import FaultProxyThread
 from leaseworker.chaos.verdict import Evidence, Verdict, judge
+from leaseworker.local.events import FENCE_PATH_S
 from leaseworker.local.fleet import FAST, Fleet, Timings, poll_until
 from leaseworker.local.invariants import read_events
 from leaseworker.local.services import LOCAL_CREDENTIALS
@@ -228,6 +229,7 @@ def _execute(chaos: ChaosRun) -> Verdict:
         nemeses=counts,
         l1_bound_s=takeover_bound_s(mode, config.timings, TAKEOVER_STEP_S, CONNECT_ALLOWANCE_S),
         l2_bound_s=L2_BOUND_S,
+        l1_fence_bound_s=FENCE_PATH_S + CONNECT_ALLOWANCE_S,
     )
     verdict = judge(evidence)
     verdict.extra.update(_memory_summary(memory))

@@ -135,6 +135,9 @@ def _draw(rng: random.Random, kind: str, at: float, mode: str, timings: Timings)
     duration = 0.0
     recovery = 3.0
     if kind == "sigkill":
+        # Child or whole group, from the drawn target's high half (no extra draw: every seed's
+        # schedule stays what it was); the slot itself is target modulo the live workers.
+        params["child"] = target >= 500
         recovery = settle
     elif kind == "sigstop":
         duration = round(lease * rng.uniform(1.5, 2.0), 2)

@@ -89,6 +89,7 @@ class Evidence:
     nemeses: dict[str, int]
     l1_bound_s: float
     l2_bound_s: float
+    l1_fence_bound_s: float
 
 
 def judge(ev: Evidence) -> Verdict:
@@ -102,6 +103,7 @@ def judge(ev: Evidence) -> Verdict:
     final = ev.readings[-1] if ev.readings else None
     stopped = {cid for cid, state in (final.states if final else {}).items() if state != "STARTED"}
     rows.append(_bound_row(ev, "L1", "L1 takeover", ev.l1_bound_s, stopped))
+    rows.append(_bound_row(ev, "L1F", "L1 fence takeover", ev.l1_fence_bound_s, stopped))
     rows.append(_bound_row(ev, "L2", "L2 handoff", ev.l2_bound_s, stopped))
     rows.append(_bounce_row(ev, final))
     rows.append(_churn_row(ev))
