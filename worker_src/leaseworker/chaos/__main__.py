@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from leaseworker.chaos.runner import RunConfig, run
+from leaseworker.chaos.runner import DEFAULT_FEED_RATE, RunConfig, run
 from leaseworker.chaos.schedule import ALL_KINDS, MODES, SOAK_KINDS, SOAK_QUIET_S, make_schedule
 from leaseworker.unsafe import SWITCHES
 
@@ -29,7 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=MODES, default="session")
     parser.add_argument("--kinds", default=",".join(ALL_KINDS), help="comma list of nemesis kinds")
     parser.add_argument("--connections", type=int, default=24)
-    parser.add_argument("--rate", type=float, default=10.0, help="messages per second per connection")
+    parser.add_argument(
+        "--rate", type=float, default=DEFAULT_FEED_RATE, help="messages per second per connection"
+    )
     parser.add_argument(
         "--root", type=Path, default=None, help="where logs, schedule.json and verdict.json go"
     )

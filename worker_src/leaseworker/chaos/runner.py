@@ -38,6 +38,7 @@ STREAM: Final = "leaseworker-chaos"
 BASE_WORKERS: Final = 3
 CONNECT_ALLOWANCE_S: Final = 1.5  # as tests/system/test_failover.py: connect + subscribe under load
 TAKEOVER_STEP_S: Final = 0.5  # leaseworker.worker.peers.TAKEOVER_STEP_SECONDS
+DEFAULT_FEED_RATE: Final = 4.0  # messages per second per connection
 L2_BOUND_S: Final = 1.5  # "about one second" (DESIGN.md §2c)
 RESTORE_AFTER_S: Final = 1.0  # after a nemesis stops, before replacing lost workers
 SETTLE_S: Final = 8.0  # after a fault window, moves are still attributed to it (rebalancing)
@@ -48,7 +49,11 @@ class RunConfig:
     schedule: Schedule
     root: Path
     connections: int = 24
-    feed_rate: float = 10.0
+    # Each message at this rate is its own PutRecords (they are further apart than the batch
+    # linger), and the one arbiter (moto's Kinesis, in Python) is shared by the whole fleet on
+    # the same cores: at 10/s x 24 connections its queueing, not the workers, set the handoff
+    # times. 4/s keeps thousands of records per run and the arbiter well below saturation.
+    feed_rate: float = DEFAULT_FEED_RATE
     timings: Timings = FAST
     unsafe: str | None = None  # a negative control: LEASEWORKER_UNSAFE_TEST_ONLY_DISABLE value
     protect: int = 0  # base workers no process nemesis may pick (the soak measures their memory)
