@@ -125,6 +125,16 @@ def test_check_arrivals_judges_s1_s2_s3() -> None:
     assert [v.split(":")[0] for v in bad.violations] == ["S1 c", "S2 c", "S3 c"]
 
 
+def test_a_sink_retry_in_the_same_epoch_is_a_counted_duplicate_not_a_violation() -> None:
+    # A PutRecords whose reply was lost landed; the worker fetched seqs 1-2 again, same epoch.
+    retried = [item(1, 0, 1), item(1, 1, 2), item(1, 2, 3), item(1, 1, 4), item(1, 2, 5), item(1, 3, 6)]
+    report = check_arrivals(retried, [{"c": 0}, {"c": 3}])
+    assert report.ok, report.violations
+    assert (report.delivered, report.duplicates, report.missing) == (4, 2, 0)
+    gap = check_arrivals([item(1, 0, 1), item(1, 2, 2), item(1, 2, 3)])
+    assert [v.split(":")[0] for v in gap.violations] == ["S2 c"]
+
+
 def test_file_sink_arrivals_keep_each_files_order(tmp_path: Path) -> None:
     def write(worker: str, rows: list[tuple[int, int, int]]) -> None:
         lines = [SinkRecord("c", seq, epoch, worker, at, None).to_json() for epoch, seq, at in rows]
