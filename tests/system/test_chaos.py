@@ -9,7 +9,6 @@ controls need come early; `make chaos SEED=... MODE=...` replays any seed at any
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Final
 
@@ -49,13 +48,6 @@ CONTROLS: Final = {
     SELF_FENCING: ("session", ("sigstop", "ddb_blackhole"), "S1 one deliverer"),
     CHECKPOINT_EPOCH: ("connection", ("ddb_stall",), "S3 checkpoints"),
 }
-
-# Not part of `make test` yet: its last runs still FAIL on L1/L2 and on the paused worker's exit
-# status (see docs/reliability.md and the note). `make chaos-suite` runs it.
-pytestmark = pytest.mark.skipif(
-    os.environ.get("LEASEWORKER_CHAOS_SUITE") != "1",
-    reason="seeded fault suite: run with `make chaos-suite` (it still finds L1/L2 failures)",
-)
 
 
 def schedule_for(mode: str) -> Schedule:

@@ -196,6 +196,7 @@ def _execute(chaos: ChaosRun) -> Verdict:
     counts: dict[str, int] = {}
     chaos.started = t0 = time.monotonic()
     windows.append(("warmup", _now_ms() - 60_000, _now_ms() + 4000))
+    recovered_by = t0
     try:
         for spec in schedule.nemeses:
             _sleep_until(t0 + spec.at)
@@ -209,7 +210,10 @@ def _execute(chaos: ChaosRun) -> Verdict:
             counts[spec.kind] = counts.get(spec.kind, 0) + 1
             time.sleep(RESTORE_AFTER_S)
             chaos.restore()
-        _sleep_until(t0 + schedule.duration)
+            # A nemesis that ran long (a rolling restart waits for each successor) shifts the
+            # rest; its recovery is still owed before the verdict (a woken worker's exit 3).
+            recovered_by = time.monotonic() + spec.recovery
+        _sleep_until(max(t0 + schedule.duration, recovered_by))
     finally:
         table.halt.set()
         memory.halt.set()
