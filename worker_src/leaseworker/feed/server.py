@@ -86,10 +86,9 @@ def data_for(connection_id: str, seq: int) -> dict[str, Any]:
 
 
 def data_frame(connection_id: str, seq: int) -> str:
-    return json.dumps(
-        {"type": "data", "seq": seq, "data": data_for(connection_id, seq)},
-        separators=(",", ":"),
-    )
+    """`{"type":"data","seq":n,"data":data_for(id, n)}` as compact JSON, formatted directly: the
+    feed sends one per message, and a subscribed id matches _ID, so it needs no escaping."""
+    return f'{{"type":"data","seq":{seq},"data":{{"n":{seq},"connection_id":"{connection_id}"}}}}'
 
 
 def error_frame(code: str, message: str) -> str:

@@ -76,6 +76,11 @@ def _nested_deeper_than(message: Any, limit: int) -> bool:
     return False
 
 
+# Built once: json.loads(frame, parse_constant=..., parse_float=...) builds a new decoder (and its
+# scanner) for every call, which cost more than the parse itself for a typical small frame.
+_DECODER: Final = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
 def _snippet(frame: str | bytes) -> str:
     text = frame if isinstance(frame, str) else frame[:_SNIPPET].decode("utf-8", "replace")
     return repr(text[:_SNIPPET])
@@ -104,7 +109,7 @@ class SeqfeedDecoder:
         ):
             raise ProtocolError("oversized", f"frame exceeds {MAX_FRAME_BYTES} bytes")
         try:
-            message: Any = json.loads(frame, parse_constant=_refuse_constant, parse_float=_finite_float)
+            message: Any = _DECODER.decode(frame)
         except RecursionError:
             raise ProtocolError("too_deep", f"JSON nested too deeply to parse: {_snippet(frame)}") from None
         except Exception as exc:  # any parse failure is the upstream's, never the session's

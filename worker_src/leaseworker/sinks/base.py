@@ -27,6 +27,13 @@ class SinkError(Exception):
         self.accepted = accepted
 
 
+def writes_at_once(sink: object) -> bool:
+    """Whether `sink.write` never suspends: it asks `valid` and hands its bytes over (or raises)
+    within the call, so nothing can leave after the lease and no timer needs to bound it. A sink
+    says so with a true `writes_at_once` attribute; a sink without one is timed."""
+    return getattr(sink, "writes_at_once", False) is True
+
+
 class Sink(Protocol):
     async def write(self, records: Sequence[SinkRecord], *, valid: Validity = always_valid) -> None:
         """Accept `records` durably, or raise SinkError. Only after it returns may the

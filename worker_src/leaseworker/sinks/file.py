@@ -41,6 +41,7 @@ class FileSink:
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / f"{worker_id}.jsonl"
         self._fsync = fsync
+        self.writes_at_once = not fsync  # sinks/base.py: without fsync, write() never suspends
         self._fd: int | None = os.open(
             self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
         )
@@ -62,18 +63,18 @@ class FileSink:
                 raise SinkError(f"fsync {self.path}: {exc}") from exc
 
     def _append(self, fd: int, buffer: bytes) -> None:
-        start: int | None = None
         view = memoryview(buffer)
         try:
-            start = os.fstat(fd).st_size
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
         except OSError as exc:
-            if start is not None and len(view) < len(buffer):
-                # Part of the batch landed: cut it off so the file ends on a whole line.
+            if len(view) < len(buffer):
+                # Part of the batch landed: cut it off so the file ends on a whole line. Only
+                # this sink appends to the file, so the batch began that many bytes before its end
+                # (found only now: an fstat per batch cost as much as the write).
                 try:
-                    os.ftruncate(fd, start)
+                    os.ftruncate(fd, os.fstat(fd).st_size - (len(buffer) - len(view)))
                 except OSError as truncate_error:
                     message = (
                         f"write {self.path}: {exc}; truncating the partial batch failed: {truncate_error}"

@@ -9,6 +9,8 @@ from leaseworker.sinks.base import Validity, always_valid
 
 
 class NullSink:
+    writes_at_once = True  # sinks/base.py: write() never suspends
+
     def __init__(self) -> None:
         self.records = 0
         self.batches = 0
