@@ -1,0 +1,178 @@
+"""P6: cold start: how long until N new connections are all owned and subscribed.
+
+N free connections are added to a fresh local fleet (nothing owned, no checkpoints), then the
+workers are started together at production timings (lease 20 s, heartbeat 5 s, reconcile 5 s,
+checkpoint 5 s; bench/designs.py at scale 1). The clock runs from the start of the first worker
+until the feed's session log shows every connection subscribed at once (a subscribe follows its
+claim by one connect; a lease lost closes its subscription). The feed sends nothing (rate 0), so
+checkpoints do not compete with claims. Leases lost on the way show as subscribes beyond N.
+
+Each claim is one conditional write, and DynamoDB Local serves about CEILING_WRITES_PER_S of them
+here, so the ideal is N / CEILING_WRITES_PER_S seconds; the result is reported against it.
+Session mode caps MAX_CONNECTIONS at one checkpoint item's capacity (MAX_ENTRIES_PER_ITEM, 2,534),
+so 3 session-mode workers can own at most 7,602 connections: that row waits for as many as they can
+own, and a row with enough workers for all N is added.
+
+    .venv/bin/python -m bench.cold_start --mode tiny|quick|full --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.designs import CONNECTION, SESSION
+from bench.probe import FeedLog, add_connections, owners, raise_open_files
+from leaseworker.lease.checkpoint_store import MAX_ENTRIES_PER_ITEM
+from leaseworker.local.fleet import Fleet, poll_until
+
+CEILING_WRITES_PER_S = 600.0  # DynamoDB Local's conditional writes per second on this machine
+HEADROOM = 1.5  # MAX_CONNECTIONS = fair share × this, so the share, not the cap, decides
+
+
+@dataclass(frozen=True)
+class Row:
+    lease_mode: str
+    workers: int
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    connections: int
+    rows: tuple[Row, ...]
+
+
+def _rows(connections: int) -> tuple[Row, ...]:
+    rows = [Row("connection", 3), Row("session", 3)]
+    if connections > 3 * MAX_ENTRIES_PER_ITEM:
+        rows.append(Row("session", math.ceil(connections / MAX_ENTRIES_PER_ITEM)))
+    return tuple(rows)
+
+
+CONFIGS = {
+    c.name: c
+    for c in (
+        Config("tiny", 30, _rows(30)),
+        Config("quick", 2000, _rows(2000)),
+        Config("full", 10_000, _rows(10_000)),
+    )
+}
+
+
+def run(mode: str) -> dict[str, Any]:
+    config = CONFIGS[mode]
+    raise_open_files(2 * config.connections + 1024)
+    return {
+        "config": {"name": config.name, "connections": config.connections},
+        "ceiling_writes_per_s": CEILING_WRITES_PER_S,
+        "rows": [_cold_start(config.connections, row) for row in config.rows],
+    }
+
+
+def _cold_start(connections: int, row: Row) -> dict[str, Any]:
+    design = CONNECTION if row.lease_mode == "connection" else SESSION
+    cap = math.ceil(connections / row.workers * HEADROOM)
+    if row.lease_mode == "session":
+        cap = min(cap, MAX_ENTRIES_PER_ITEM)
+    expected = min(connections, cap * row.workers)
+    timings = design.timings(1.0)
+    with tempfile.TemporaryDirectory(prefix=f"bench-p6-{row.lease_mode}-") as root:
+        fleet = Fleet(
+            Path(root),
+            timings=timings,
+            feed_rate=0.0,
+            with_sqs=design.sqs,
+            max_connections=cap,
+            sink="null",
+            lease_mode=row.lease_mode,
+        )
+        with fleet:
+            ids = [f"p6-{i:05d}" for i in range(connections)]
+            add_connections(fleet.endpoint, [(cid, fleet.url_for(cid)) for cid in ids])
+            feed = FeedLog(fleet.feed_log)
+            started_ms = time.time_ns() // 1_000_000
+            for n in range(row.workers):
+                fleet.start_worker(f"c{n}")
+            timeout = 120 + 4 * expected / CEILING_WRITES_PER_S
+
+            timeline: list[tuple[float, int]] = []  # (s since the start, subscriptions open)
+
+            def all_subscribed() -> bool:
+                timeline.append((time.time() - started_ms / 1000, feed.poll()))
+                return timeline[-1][1] >= expected
+
+            done = poll_until(all_subscribed, timeout, 0.5)
+            held = owners(fleet.endpoint)
+    offsets = sorted((t - started_ms) / 1000 for t in feed.first_subscribed_ms.values())
+    spread: dict[str, int] = {}
+    for owner in held.values():
+        if owner is not None:
+            spread[owner] = spread.get(owner, 0) + 1
+    all_s = timeline[-1][0] if done else None  # None: never all at once within the timeout
+    first_s = offsets[0] if offsets else None
+    ideal_s = expected / CEILING_WRITES_PER_S
+    return {
+        "lease_mode": row.lease_mode,
+        "workers": row.workers,
+        "max_connections": cap,
+        "connections": connections,
+        "expected_owned": expected,
+        "all_subscribed": done,
+        "subscribed": len(offsets),  # ids subscribed at least once
+        "open_at_end": timeline[-1][1] if timeline else 0,
+        "most_open": max((n for _, n in timeline), default=0),
+        "subscribes": feed.subscribes,
+        "owned_at_end": sum(spread.values()),
+        "spread": dict(sorted(spread.items())),
+        "first_subscribe_s": first_s,
+        "p50_s": _quantile(offsets, 0.5),
+        "p90_s": _quantile(offsets, 0.9),
+        "all_s": all_s,
+        "claims_per_s": expected / all_s if all_s else None,
+        "claims_per_s_after_first": (
+            (expected - 1) / (all_s - first_s) if all_s and first_s is not None and all_s > first_s else None
+        ),
+        "ideal_s": ideal_s,
+        "vs_ideal": all_s / ideal_s if all_s else None,
+        "curve": [offsets[int(i * (len(offsets) - 1) / 100)] for i in range(101)] if offsets else [],
+        "timings_real": {"lease": design.lease, "heartbeat": design.heartbeat, "reconcile": design.reconcile},
+    }
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    return values[min(len(values) - 1, int(q * len(values)))] if values else None
+
+
+def section(results: dict[str, Any]) -> list[str]:
+    from bench.capacity_report import p6_section
+
+    return p6_section(results)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.cold_start", description=__doc__)
+    parser.add_argument("--mode", choices=sorted(CONFIGS), default="quick")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = run(args.mode)
+    (args.out / "p6.json").write_text(json.dumps(results, indent=2) + "\n")
+    try:
+        from bench.capacity_plots import cold_start_plot
+    except ImportError:  # matplotlib is a dev-only dependency
+        pass
+    else:
+        cold_start_plot(results, args.out / "p6-cold-start.png")
+    print("\n".join(section(results)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
