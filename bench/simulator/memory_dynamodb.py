@@ -1,0 +1,250 @@
+"""An in-memory DynamoDB client for the lease stores, charging DynamoDB's on-demand cost rules.
+
+It implements the calls and request shapes that lease/store.py, held_store.py, session_store.py,
+checkpoint_store.py, batch_get.py and admin.py's `add` send: UpdateItem, PutItem, DeleteItem,
+GetItem, BatchGetItem and Query (on the table's two KEYS_ONLY GSIs), with ConditionExpression,
+UpdateExpression, ProjectionExpression, ExpressionAttributeNames/Values, ReturnValues,
+pagination (Limit, the 1 MB page, ExclusiveStartKey) and Select=COUNT. A refused condition is
+botocore's ClientError `ConditionalCheckFailedException`, carrying the old item when the request
+set ReturnValuesOnConditionCheckFailure=ALL_OLD, as aiobotocore raises it.
+
+Each call is charged to the client's `Meter` with bench/capacity.py's rules (write_units,
+read_units); a refused conditional write costs ceil(item size / 1 KB) (at least 1) write units
+and no index units, since nothing was written. Every worker gets its own client over one shared
+`Database`, so the units are per worker. The calls never suspend: the virtual clock does not
+move during a call (bench/simulator/clock.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from bench.capacity import index_entry, item_size, read_units, write_units
+from bench.counting import kind_of
+from bench.simulator import expressions
+from bench.simulator.memory_table import Database, Table, sort_value
+
+PAGE_BYTES = 1024 * 1024  # a Query page ends once it has read 1 MB
+BATCH_GET_LIMIT = 100
+
+
+@dataclass
+class Meter:
+    """Units and calls charged to one worker, by the kind of request (bench/counting.kind_of)."""
+
+    rru: float = 0.0
+    wru: float = 0.0
+    calls: Counter[str] = field(default_factory=Counter)
+    units: dict[str, float] = field(default_factory=dict)
+
+    def charge(self, kind: str, *, rru: float = 0.0, wru: float = 0.0, calls: int = 1) -> None:
+        self.rru += rru
+        self.wru += wru
+        self.calls[kind] += calls
+        self.units[kind] = self.units.get(kind, 0.0) + rru + wru
+
+
+def client_error(code: str, message: str, operation: str, item: dict[str, Any] | None = None) -> ClientError:
+    response: dict[str, Any] = {"Error": {"Code": code, "Message": message}}
+    if item is not None:
+        response["Item"] = item
+    return ClientError(response, operation)  # type: ignore[arg-type]
+
+
+class MemoryDynamoDB:
+    """The subset of aiobotocore's DynamoDB client that the lease stores call."""
+
+    def __init__(self, database: Database, meter: Meter | None = None) -> None:
+        self.database = database
+        self.meter = meter if meter is not None else Meter()
+        self.last_price: dict[str, float] = {}  # the last call's units, for the bulk paths
+
+    # ------------------------------------------------------------------ writes
+
+    async def update_item(self, **request: Any) -> dict[str, Any]:
+        table, cid, before = self._locate(request, "UpdateItem")
+        names = request.get("ExpressionAttributeNames", {})
+        values = request.get("ExpressionAttributeValues", {})
+        self._check_condition(request, "UpdateItem", before, values, names)
+        base = before if before is not None else dict(request["Key"])
+        after = expressions.update(request["UpdateExpression"]).apply(base, values, names)
+        if after.get("connection_id") != request["Key"]["connection_id"]:
+            raise client_error("ValidationException", "cannot update the key", "UpdateItem")
+        self._write("UpdateItem", request, table=table, cid=cid, before=before, after=after)
+        return {"Attributes": _returned(request.get("ReturnValues"), before, after)}
+
+    async def put_item(self, **request: Any) -> dict[str, Any]:
+        item = request["Item"]
+        table, cid, before = self._locate(
+            request | {"Key": {"connection_id": item["connection_id"]}}, "PutItem"
+        )
+        self._check_condition(
+            request,
+            "PutItem",
+            before,
+            request.get("ExpressionAttributeValues", {}),
+            request.get("ExpressionAttributeNames", {}),
+        )
+        self._write("PutItem", request, table=table, cid=cid, before=before, after=dict(item))
+        return {"Attributes": dict(before)} if request.get("ReturnValues") == "ALL_OLD" and before else {}
+
+    async def delete_item(self, **request: Any) -> dict[str, Any]:
+        table, cid, before = self._locate(request, "DeleteItem")
+        self._check_condition(
+            request,
+            "DeleteItem",
+            before,
+            request.get("ExpressionAttributeValues", {}),
+            request.get("ExpressionAttributeNames", {}),
+        )
+        self._write("DeleteItem", request, table=table, cid=cid, before=before, after=None)
+        return {"Attributes": dict(before)} if request.get("ReturnValues") == "ALL_OLD" and before else {}
+
+    def _locate(self, request: dict[str, Any], operation: str) -> tuple[Table, str, dict[str, Any] | None]:
+        table = self._table(request["TableName"], operation)
+        try:
+            cid = table.key_of(request["Key"])
+        except KeyError as error:
+            raise client_error("ValidationException", str(error), operation) from None
+        return table, cid, table.items.get(cid)
+
+    def _check_condition(
+        self,
+        request: dict[str, Any],
+        operation: str,
+        before: dict[str, Any] | None,
+        values: dict[str, Any],
+        names: dict[str, str],
+    ) -> None:
+        text = request.get("ConditionExpression")
+        if not text or expressions.condition(text)(before or {}, values, names):
+            return
+        units = float(max(1, math.ceil(item_size(before) / 1024)))
+        self._charge(operation, request, wru=units)
+        old = (
+            dict(before)
+            if before and request.get("ReturnValuesOnConditionCheckFailure") == "ALL_OLD"
+            else None
+        )
+        raise client_error(
+            "ConditionalCheckFailedException", "The conditional request failed", operation, old
+        )
+
+    def _write(
+        self,
+        operation: str,
+        request: dict[str, Any],
+        *,
+        table: Table,
+        cid: str,
+        before: dict[str, Any] | None,
+        after: dict[str, Any] | None,
+    ) -> None:
+        price = write_units(before, after)
+        table.store(cid, before, after)
+        self._charge(operation, request, wru=price.total)
+
+    # ------------------------------------------------------------------ reads
+
+    async def get_item(self, **request: Any) -> dict[str, Any]:
+        _, _, item = self._locate(request, "GetItem")
+        consistent = bool(request.get("ConsistentRead"))
+        self._charge(
+            "GetItem", request, rru=read_units([item] if item else [], consistent=consistent, per_item=True)
+        )
+        if item is None:
+            return {}
+        names = request.get("ExpressionAttributeNames", {})
+        return {"Item": expressions.project(item, request.get("ProjectionExpression"), names)}
+
+    async def batch_get_item(self, **request: Any) -> dict[str, Any]:
+        responses: dict[str, list[dict[str, Any]]] = {}
+        for name, wanted in request["RequestItems"].items():
+            table = self._table(name, "BatchGetItem")
+            keys = wanted["Keys"]
+            if len(keys) > BATCH_GET_LIMIT:
+                raise client_error("ValidationException", "Too many items requested", "BatchGetItem")
+            found = [table.items[cid] for cid in (table.key_of(k) for k in keys) if cid in table.items]
+            consistent = bool(wanted.get("ConsistentRead"))
+            self._charge("BatchGetItem", request, rru=read_units(found, consistent=consistent, per_item=True))
+            names = wanted.get("ExpressionAttributeNames", {})
+            projection = wanted.get("ProjectionExpression")
+            responses[name] = [expressions.project(item, projection, names) for item in found]
+        return {"Responses": responses, "UnprocessedKeys": {}}
+
+    async def query(self, **request: Any) -> dict[str, Any]:
+        table = self._table(request["TableName"], "Query")
+        index_name = request.get("IndexName")
+        if index_name not in table.indexes:
+            raise client_error(
+                "ValidationException", f"no index {index_name!r} (table queries: unused)", "Query"
+            )
+        if request.get("ConsistentRead"):
+            raise client_error("ValidationException", "Consistent reads are not supported on GSIs", "Query")
+        index = table.indexes[index_name]
+        names = request.get("ExpressionAttributeNames", {})
+        values = request["ExpressionAttributeValues"]
+        key = expressions.key_condition(request["KeyConditionExpression"])
+        if expressions.attribute_name(key.partition, names) != index.partition_name:
+            raise client_error("ValidationException", "the key condition must name the index's key", "Query")
+        partition = index.partitions.get(str(next(iter(values[key.partition_value].values()))))
+        start = request.get("ExclusiveStartKey")
+        position = None
+        if start is not None:
+            sort = sort_value(start[index.sort_name]) if index.sort_name else None
+            position = (sort, table.key_of({"connection_id": start["connection_id"]}))
+        limit = request.get("Limit")
+        entries: list[dict[str, Any]] = []
+        read_bytes = 0
+        last: tuple[Any, str] | None = None
+        more = False
+        if partition is not None:
+            for sort, cid in partition.walk(position, key.sort_filter, index.sort_name, values, names):
+                if (limit is not None and len(entries) >= limit) or read_bytes >= PAGE_BYTES:
+                    more = True
+                    break
+                entry = index_entry(table.items[cid], index.partition_name, index.sort_name)
+                assert entry is not None
+                entries.append(entry)
+                read_bytes += item_size(entry)
+                last = (sort, cid)
+        self._charge("Query", request, rru=read_units(entries, consistent=False, per_item=False))
+        response: dict[str, Any] = {"Count": len(entries), "ScannedCount": len(entries)}
+        if request.get("Select") != "COUNT":
+            projection = request.get("ProjectionExpression")
+            response["Items"] = [expressions.project(e, projection, names) for e in entries]
+        if more and last is not None:
+            response["LastEvaluatedKey"] = dict(entries[-1])
+        return response
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _table(self, name: str, operation: str) -> Table:
+        table = self.database.tables.get(name)
+        if table is None:
+            raise client_error(
+                "ResourceNotFoundException", f"Requested resource not found: {name}", operation
+            )
+        return table
+
+    def _charge(self, operation: str, request: dict[str, Any], *, rru: float = 0.0, wru: float = 0.0) -> None:
+        kind = kind_of(operation, request)
+        self.meter.charge(kind, rru=rru, wru=wru)
+        self.last_price[kind] = rru + wru
+
+
+def _returned(mode: str | None, before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any]:
+    if mode == "ALL_OLD":
+        return dict(before or {})
+    if mode == "ALL_NEW":
+        return dict(after)
+    if mode == "UPDATED_NEW":
+        return {k: v for k, v in after.items() if (before or {}).get(k) != v}
+    if mode == "UPDATED_OLD":
+        return {k: v for k, v in (before or {}).items() if after.get(k) != v}
+    return {}

@@ -1,0 +1,311 @@
+"""One simulated worker: the loops of worker/app.py, simplified, around the real lease code.
+
+Real: the stores (LeaseStore, SessionHeldStore, SessionStore, CheckpointStore) over the
+in-memory client, the `Ownership` implementations (ConnectionLeases, SessionLeases), the
+session validity (liveness.SessionValidity), fair share (balance.fair_share) and the Lease
+model. Modelled, after worker/: the acquirer's reconcile and its shed rule (acquirer.py), the
+keeper's per-lease renewal schedule (keeper.py), checkpoint rounds (checkpointer.py) and the
+heartbeat (heartbeat.py); the peer watch is in peers.py. Not modelled: upstream sockets (every
+connection delivers something every checkpoint period), SQS hints, store errors and latency
+(every call answers at once), shutdown (workers only die or join).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import math
+import random
+from dataclasses import dataclass
+
+from bench.simulator import bulk
+from bench.simulator.memory_dynamodb import MemoryDynamoDB, Meter
+from bench.simulator.memory_table import Database
+from bench.simulator.peers import PeerWatch
+from leaseworker.lease.balance import fair_share
+from leaseworker.lease.checkpoint_store import CheckpointStore
+from leaseworker.lease.held_store import SessionHeldStore
+from leaseworker.lease.liveness import SessionValidity
+from leaseworker.lease.model import Lease, LeaseState
+from leaseworker.lease.ownership import ConnectionLeases, Ownership, Progress
+from leaseworker.lease.session_leases import SessionLeases
+from leaseworker.lease.session_store import Fenced, SessionStore
+from leaseworker.lease.store import Acquired, AcquireResult, LeaseStore, Lost, Stopped, now_ms
+from leaseworker.settings import Settings
+from leaseworker.worker.acquirer import RECONCILE_JITTER
+from leaseworker.worker.keeper import RENEW_ATTEMPT_HEARTBEATS
+
+
+@dataclass(slots=True)
+class Held:
+    lease: Lease
+    acquired_at: float
+    checkpointed_seq: int
+
+
+class SimWorker:
+    def __init__(
+        self, settings: Settings, database: Database, rng: random.Random, *, fidelity: str = "exact"
+    ) -> None:
+        self.settings = settings
+        self.me = settings.worker_id
+        self.rng = rng
+        self.fidelity = fidelity
+        self.meter = Meter()
+        self.client = MemoryDynamoDB(database, self.meter)
+        client = self.client
+        self.leases = LeaseStore(client, settings)  # type: ignore[arg-type]
+        self.held_store = SessionHeldStore(client, settings)  # type: ignore[arg-type]
+        self.sessions = SessionStore(client, settings.table_name)  # type: ignore[arg-type]
+        self.checkpoints = CheckpointStore(client, settings.table_name)  # type: ignore[arg-type]
+        self.validity = SessionValidity(settings)
+        self.ownership: Ownership = (
+            SessionLeases(self.leases, self.held_store, self.checkpoints, self.validity, settings)
+            if settings.lease_mode == "session"
+            else ConnectionLeases(self.leases, self.held_store, settings)
+        )
+        self.held: dict[str, Held] = {}
+        self.claiming: set[str] = set()
+        self.peers = PeerWatch(self)
+        self.target = settings.max_connections
+        self.viewed_at = -math.inf
+        self._previous_shed = 0
+        self._free = 0
+        self._live_peers = 0
+        self._free_rounds = 0
+        self._due: collections.deque[tuple[float, str]] = collections.deque()
+        self._claimed = asyncio.Event()
+        self.fenced = False
+        self.claims = 0  # successful claims (free or from the dead)
+        self.releases = 0  # graceful hand-backs (rebalancing)
+
+    # ------------------------------------------------------------------ life
+
+    async def run(self) -> None:
+        """The worker's loops, until cancelled (a death) or fenced."""
+        await self.beat()
+        if not self.fenced:
+            await self.peers.round()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._every(self.settings.heartbeat_seconds, self.beat))
+            group.create_task(self._every(self.settings.heartbeat_seconds, self.peers.round))
+            group.create_task(self._reconcile_loop())
+            group.create_task(self._every(self.settings.checkpoint_seconds, self.checkpoint_round))
+            if self.settings.lease_mode == "connection":
+                group.create_task(self._keeper())
+
+    async def _every(self, period: float, action: object) -> None:
+        await asyncio.sleep(period * self.rng.random())  # workers do not start in lockstep
+        while not self.fenced:
+            await action()  # type: ignore[operator]
+            await asyncio.sleep(period)
+
+    def live_leases(self) -> list[Lease]:
+        now = asyncio.get_running_loop().time()
+        return [h.lease for h in self.held.values() if h.lease.is_valid(now)]
+
+    # ------------------------------------------------------------------ heartbeat (heartbeat.py)
+
+    async def beat(self) -> None:
+        sent_at = asyncio.get_running_loop().time()
+        result = await self.sessions.heartbeat(
+            self.me,
+            load=len(self.held),
+            capacity=self.settings.max_connections,
+            lease_mode=self.settings.lease_mode,
+        )
+        if isinstance(result, Fenced):
+            self.validity.fence()
+            self.fenced = True
+            self.held.clear()  # worker/app.py `_on_fenced`: drop everything at once
+            return
+        self.validity.heartbeat_succeeded(sent_at)
+        if self.settings.lease_mode == "session":
+            for held in self.held.values():
+                held.lease.extend_to(self.validity.valid_until)
+        self._forget_invalid()
+
+    def _forget_invalid(self) -> None:
+        now = asyncio.get_running_loop().time()
+        for cid in [cid for cid, h in self.held.items() if not h.lease.is_valid(now)]:
+            del self.held[cid]
+
+    # ------------------------------------------------------------------ acquirer (acquirer.py)
+
+    async def _reconcile_loop(self) -> None:
+        period = self.settings.reconcile_seconds
+        await asyncio.sleep(period * self.rng.random())
+        while not self.fenced:
+            await self.reconcile()
+            await asyncio.sleep(period * self.rng.uniform(1 - RECONCILE_JITTER, 1 + RECONCILE_JITTER))
+
+    async def reconcile(self) -> None:
+        self._forget_invalid()
+        await self.refresh_share()
+        for cid in await self.ownership.stopped_held():  # session mode's stop query (none here)
+            if cid in self.held:
+                await self._release(cid)
+        capacity = self.capacity()
+        over_share = False
+        free_rounds = self._free_rounds
+        self._free_rounds = free_rounds + 1 if self._free > 0 else 0
+        if capacity <= 0 and free_rounds >= 1 and self._free > 0:
+            part = math.ceil(self._free / (self._live_peers + 1))
+            capacity, over_share = min(part, self.capacity(over_share=True)), True
+        if capacity <= 0:
+            return
+        candidates = [c for c in await self.ownership.find_claimable(capacity * 2) if not self.busy(c)]
+        self.rng.shuffle(candidates)
+        if over_share:
+            candidates = candidates[:capacity]
+        for cid in candidates:
+            await self.claim(cid, over_share=over_share)
+
+    async def refresh_share(self) -> None:
+        free = await self.leases.count_free() + self.peers.orphaned
+        self.viewed_at = asyncio.get_running_loop().time()
+        peers = self.peers.loads
+        self._free, self._live_peers = free, len(peers)
+        owned = len(self.held)
+        share = fair_share(
+            owned=owned,
+            claiming=len(self.claiming),
+            my_capacity=self.settings.max_connections,
+            peer_capacities=[p.capacity for p in peers],
+            to_own=owned + len(self.claiming) + sum(p.load for p in peers) + free,
+        )
+        self.target = share.target
+        shed = share.shed if free == 0 else 0
+        if shed and self._previous_shed:
+            await self._shed(min(shed, self._previous_shed))
+        self._previous_shed = shed
+
+    def capacity(self, *, over_share: bool = False) -> int:
+        most = self.settings.max_connections
+        limit = most if over_share else min(most, self.target)
+        return limit - len(self.held) - len(self.claiming)
+
+    def busy(self, cid: str) -> bool:
+        return cid in self.held or cid in self.claiming
+
+    async def _shed(self, count: int) -> None:
+        """The newest connections, each handed back gracefully: final checkpoint with the release."""
+        newest = sorted(self.held.values(), key=lambda h: h.acquired_at, reverse=True)[:count]
+        for held in newest:
+            await self._release(held.lease.connection_id)
+            self.releases += 1
+
+    async def _release(self, cid: str) -> None:
+        held = self.held.pop(cid)
+        held.lease.state = LeaseState.RELEASING
+        await self.ownership.release(held.lease, self._delivered(held))
+
+    async def claim(
+        self, cid: str, *, over_share: bool = False, attempt: object = None
+    ) -> AcquireResult | None:
+        if self.busy(cid) or self.fenced or self.capacity(over_share=over_share) <= 0:
+            return None
+        self.claiming.add(cid)
+        try:
+            result: AcquireResult = await (attempt() if attempt else self.ownership.claim(cid))  # type: ignore[operator]
+        finally:
+            self.claiming.discard(cid)
+        if isinstance(result, Acquired):
+            now = asyncio.get_running_loop().time()
+            self.held[cid] = Held(result.lease, now, result.lease.start_seq)
+            self.claims += 1
+            if self.settings.lease_mode == "connection":
+                self._due.append((now + self.settings.heartbeat_seconds, cid))
+                self._claimed.set()
+        return result
+
+    # ------------------------------------------------------------------ renewals (keeper.py)
+
+    async def _keeper(self) -> None:
+        period = self.settings.heartbeat_seconds
+        loop = asyncio.get_running_loop()
+        while not self.fenced:
+            if not self._due:
+                self._claimed.clear()
+                await self._claimed.wait()
+                continue
+            wait = self._due[0][0] - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            now = loop.time()
+            due: list[Lease] = []
+            while self._due and self._due[0][0] <= now:
+                _, cid = self._due.popleft()
+                held = self.held.get(cid)
+                if held is not None and held.lease.is_valid(now):
+                    due.append(held.lease)
+            await self._renew(due, now)
+            for lease in due:
+                if lease.connection_id in self.held:
+                    self._due.append((now + period, lease.connection_id))
+
+    async def _renew(self, due: list[Lease], sent_at: float) -> None:
+        real = due
+        if self.fidelity == "batched" and len(due) > 1:
+            rest = bulk.renew_rest(
+                self.client,
+                self.settings.table_name,
+                due[1:],
+                now_ms() + int(self.settings.lease_seconds * 1000),
+            )
+            for lease in due[1:]:
+                lease.renewed(sent_at, self.settings)
+            real = [due[0], *rest]
+        for lease in real:
+            timeout = min(
+                lease.valid_until - sent_at, RENEW_ATTEMPT_HEARTBEATS * self.settings.heartbeat_seconds
+            )
+            result = await self.ownership.renew(lease, timeout=timeout)
+            if isinstance(result, Lost):
+                lease.lose(result.reason)
+                self.held.pop(lease.connection_id, None)
+            elif isinstance(result, Stopped):
+                await self._release(lease.connection_id)
+            else:
+                lease.renewed(sent_at, self.settings)
+
+    # ------------------------------------------------------------------ checkpoints (checkpointer.py)
+
+    def _delivered(self, held: Held) -> int:
+        """Modelled upstream: every connection delivered something since the last checkpoint."""
+        return max(held.checkpointed_seq + 1, int(asyncio.get_running_loop().time() * 1000))
+
+    async def checkpoint_round(self) -> None:
+        now = asyncio.get_running_loop().time()
+        entries = [(h, self._delivered(h)) for h in self.held.values() if h.lease.is_valid(now)]
+        if not entries:
+            return
+        progress = [Progress(h.lease, seq, h.checkpointed_seq) for h, seq in entries]
+        if self.settings.lease_mode == "session":
+            result = await self.ownership.checkpoint_round(progress)
+            recorded, lost = set(result.recorded), set(result.lost)
+        else:
+            recorded, lost = await self._checkpoint_leases(progress)
+        for held, seq in entries:
+            cid = held.lease.connection_id
+            if cid in recorded:
+                held.checkpointed_seq = seq
+            elif cid in lost:
+                self.held.pop(cid, None)
+
+    async def _checkpoint_leases(self, progress: list[Progress]) -> tuple[set[str], set[str]]:
+        real = progress
+        if self.fidelity == "batched" and len(progress) > 1:
+            pairs = [(p.lease, p.delivered_seq) for p in progress[1:]]
+            refused = {
+                lease.connection_id
+                for lease in bulk.checkpoint_rest(self.client, self.settings.table_name, pairs, now_ms())
+            }
+            real = [progress[0], *(p for p in progress[1:] if p.lease.connection_id in refused)]
+        recorded = {p.lease.connection_id for p in progress} - {p.lease.connection_id for p in real}
+        lost: set[str] = set()
+        for entry in real:
+            result = await self.ownership.checkpoint_round([entry])
+            recorded |= result.recorded
+            lost |= result.lost
+        return recorded, lost
