@@ -90,3 +90,13 @@ def write_plots(results: dict[str, Any], out: Path) -> None:
     takeover_plot(results, out / "takeover.png")
     units_plot(results, out / "units.png")
     partition_plot(results, out / "partition.png")
+    from bench.capacity_plots import cold_start_plot, rss_plot
+
+    if "p5" in results:
+        rss_plot(results["p5"], out / "rss.png")
+    if "p6" in results:
+        cold_start_plot(results["p6"], out / "cold_start.png")
+    if "simulator" in results:
+        from bench.simulator.output import convergence_plot
+
+        convergence_plot(results["simulator"], out / "simulator.png")

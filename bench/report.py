@@ -239,10 +239,37 @@ NOTES = [
     "scheduling delay is multiplied by 1/scale when converted to real seconds.",
 ]
 
-NOT_DONE = [
-    "- P5 (one process: connections held, msgs/s per core, RSS per connection), P6 (cold start of "
-    "10,000 connections) and the coordination simulator: not done in this round.",
-]
+NOT_DONE: list[str] = []
+
+
+def _scale_parts(results: dict[str, Any]) -> list[str]:
+    """P5, P6 and the simulator, each from its own part of results.json (`--parts`)."""
+    from bench.cold_start import section as p6_section
+    from bench.process_capacity import section as p5_section
+    from bench.simulator.output import section as simulator_section
+
+    lines: list[str] = []
+    for key, title, render, image in (
+        ("p5", "## P5: one worker process", p5_section, "![RSS against connections](bench/rss.png)"),
+        ("p6", "## P6: cold start", p6_section, "![cold start](bench/cold_start.png)"),
+        ("simulator", "", simulator_section, ""),
+    ):
+        if key not in results:
+            lines += [title or f"## {key}", "", f"Not in this results file: `--parts {key}`.", ""]
+            continue
+        body = render(results[key])
+        if key == "simulator":  # its section has its own heading and image link
+            body = [line.replace("](simulator.png)", "](bench/simulator.png)") for line in body]
+        lines += [*([title, ""] if title else []), *body, "", *([image, ""] if image else [])]
+    return lines
+
+
+def _scale_targets(results: dict[str, Any]) -> list[str]:
+    if "p5" not in results:
+        return []
+    from bench.capacity_report import p5_targets
+
+    return p5_targets(results["p5"])
 
 
 def write_report(results: dict[str, Any], doc: Path, out: Path) -> None:
@@ -311,9 +338,11 @@ def write_report(results: dict[str, Any], doc: Path, out: Path) -> None:
         "",
         "![hottest index partition](bench/partition.png)",
         "",
+        *_scale_parts(results),
         "## Targets",
         "",
         *_targets(results),
+        *_scale_targets(results),
         "",
         "## Notes",
         "",

@@ -2,6 +2,11 @@
 
 .venv/bin/python -m bench.run --mode quick   # about 5 minutes
 .venv/bin/python -m bench.run --mode full
+.venv/bin/python -m bench.run --mode full --parts simulator   # one part; the others are kept
+
+Parts: `designs` (P1-P4, P7 on real fleets), `p5` (one process's capacity), `p6` (cold start),
+`simulator` (100,000 connections and 100 workers, in virtual time). A run of some parts keeps
+the others' results from <out>/results.json, so the report always shows every part.
 """
 
 from __future__ import annotations
@@ -87,6 +92,39 @@ def _finite(value: Any) -> Any:
     return value
 
 
+PARTS = ("designs", "p5", "p6", "simulator")
+# The simulator's size per bench mode: its full size takes minutes of CPU, not of waiting.
+SIMULATOR_SIZE = {"quick": "tiny", "full": "full", "tiny": "tiny", "smoke": "tiny"}
+CAPACITY_MODE = {"quick": "quick", "full": "full", "tiny": "tiny", "smoke": "tiny"}
+
+
+def run_parts(
+    mode: str,
+    parts: list[str],
+    *,
+    designs: list[str] | None,
+    previous: dict[str, Any],
+    out: Path,
+    keep: Path | None,
+) -> dict[str, Any]:
+    results = dict(previous)
+    if "designs" in parts:
+        results |= run(CONFIGS[mode], designs, keep=keep)
+    if "p5" in parts:
+        from bench import process_capacity
+
+        results["p5"] = process_capacity.run(CAPACITY_MODE[mode])
+    if "p6" in parts:
+        from bench import cold_start
+
+        results["p6"] = cold_start.run(CAPACITY_MODE[mode])
+    if "simulator" in parts:
+        from bench.simulator.__main__ import run as simulate
+
+        results["simulator"] = simulate(SIMULATOR_SIZE[mode], out)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -98,20 +136,29 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep each design's fleet logs and sink under this folder")
     parser.add_argument("--no-docs", action="store_true", help="write the JSON only")
     parser.add_argument("--report-only", action="store_true", help="re-render docs from <out>/results.json")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma list of {', '.join(PARTS)}")
     args = parser.parse_args()
+    saved = args.out / "results.json"
+    previous: dict[str, Any] = json.loads(saved.read_text()) if saved.exists() else {}
     if args.report_only:
-        results = json.loads((args.out / "results.json").read_text())
+        results = previous
     else:
-        results = run(CONFIGS[args.mode], args.design, keep=args.keep)
+        parts = [part for part in args.parts.split(",") if part]
+        unknown = sorted(set(parts) - set(PARTS))
+        if unknown:
+            parser.error(f"unknown parts {unknown}; choose from {', '.join(PARTS)}")
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "results.json").write_text(json.dumps(_finite(results), indent=1, sort_keys=True) + "\n")
+        results = run_parts(
+            args.mode, parts, designs=args.design, previous=previous, out=args.out, keep=args.keep
+        )
+        saved.write_text(json.dumps(_finite(results), indent=1, sort_keys=True) + "\n")
     if not args.no_docs:
         from bench.plots import write_plots
         from bench.report import write_report
 
         write_plots(results, args.out)
         write_report(results, args.doc, args.out)
-    print(json.dumps(_finite({k: v["measured"] for k, v in results["designs"].items()}), indent=1))
+    print(json.dumps(_finite({k: v["measured"] for k, v in results.get("designs", {}).items()}), indent=1))
 
 
 if __name__ == "__main__":
