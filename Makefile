@@ -42,15 +42,19 @@ lint: deps
 typecheck: deps
 	$(BIN)/mypy
 
+# Two passes: the unit, CDK and image tests on two processes (each file on one; most of them
+# wait on sockets or on synth), then the multi-process system tests alone, as they need the cores.
+PYTEST_SPLIT := -n 2 --dist loadfile
 test: lint typecheck
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(PYTEST_SPLIT) -m "not system" --durations=15
+	$(BIN)/pytest -q -m system --durations=15
 
 # The short fault suite alone (it is part of `make test`), with its verdict tables.
 chaos-suite: deps
 	flock /tmp/lw-system.lock $(BIN)/pytest -q -s tests/system/test_chaos.py
 
 test-fast: deps
-	$(BIN)/pytest -q -m "not system"
+	$(BIN)/pytest -q $(PYTEST_SPLIT) -m "not system"
 
 demo: deps
 	$(BIN)/leaseworker local up
