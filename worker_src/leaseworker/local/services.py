@@ -194,11 +194,15 @@ SERIAL_MOTO: Final = """
 import sys, threading
 from moto.kinesis import models
 _lock = threading.Lock()
-_put = models.Shard.put_record
+_put, _get = models.Shard.put_record, models.Shard.get_records
 def put_record(self, *args, **kwargs):
     with _lock:
         return _put(self, *args, **kwargs)
+def get_records(self, *args, **kwargs):
+    with _lock:  # it iterates the shard's OrderedDict, which a concurrent put mutates
+        return _get(self, *args, **kwargs)
 models.Shard.put_record = put_record
+models.Shard.get_records = get_records
 from moto import server
 sys.argv = ["moto_server", *sys.argv[1:]]
 server.main()
