@@ -6,9 +6,6 @@ deadline to (send time + LEASE_SECONDS − margin); in session mode that deadlin
 held lease's deadline (§2d). A refusal means a peer or the supervisor fenced us: the worker
 drops everything at once (`on_fenced`) and stops.
 
-A change of load (a claim landed, a connection settled) is published early, debounced: peers'
-fair shares read it. A steady worker writes one heartbeat per period, as before.
-
 Each attempt is bounded by 1.5 heartbeats and, in session mode, by the session's remaining
 validity (a heartbeat that lands later could extend nothing we may rely on). After a pause the
 schedule restarts from now instead of firing a burst.
@@ -33,8 +30,6 @@ from leaseworker.worker.waits import wait_any
 logger = get_logger(__name__)
 
 ATTEMPT_HEARTBEATS = 1.5
-EARLY_DEBOUNCE_SECONDS = 0.05  # a changed load is published this long after the change, at least
-EARLY_SPACING = 0.25  # and never sooner than this many heartbeats after the previous beat
 
 
 class SessionHeartbeat:
@@ -63,27 +58,12 @@ class SessionHeartbeat:
 
     async def run(self, done: asyncio.Event) -> None:
         period = self._settings.heartbeat_seconds
-        changed = self._registry.load_changed
         next_at = time.monotonic() + period
-        last_at = time.monotonic()
         while not done.is_set() and not self._validity.fenced:
-            await wait_any(max(0.0, next_at - time.monotonic()), done, changed)
+            await wait_any(max(0.0, next_at - time.monotonic()), done)
             if done.is_set():
                 return
-            if time.monotonic() < next_at:
-                # Our load changed: publish it early, once a burst of claims or releases has
-                # landed and at most every EARLY_SPACING heartbeats. Peers' fair shares read it
-                # (DESIGN.md §2.0); a load a whole heartbeat old is how a handoff's last
-                # connection waited for a reconcile (L2 tails in the fault suite).
-                earliest = last_at + EARLY_SPACING * period - time.monotonic()
-                await wait_any(max(EARLY_DEBOUNCE_SECONDS, earliest), done)
-                if done.is_set():
-                    return
-                next_at = time.monotonic() + period
-            else:
-                next_at = max(next_at + period, time.monotonic())
-            changed.clear()
-            last_at = time.monotonic()
+            next_at = max(next_at + period, time.monotonic())
             with survive("heartbeat"):
                 await self.beat()
 

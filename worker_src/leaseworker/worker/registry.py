@@ -33,16 +33,13 @@ class Registry:
         self.owned: dict[str, Owned] = {}
         self.claiming: set[str] = set()
         self.changed = asyncio.Event()  # set whenever an entry is added: the keeper re-plans
-        self.load_changed = asyncio.Event()  # set on every add and remove: publish the load soon
 
     def add(self, owned: Owned) -> None:
         self.owned[owned.lease.connection_id] = owned
         self.changed.set()
-        self.load_changed.set()
 
     def remove(self, connection_id: str) -> None:
-        if self.owned.pop(connection_id, None) is not None:
-            self.load_changed.set()
+        self.owned.pop(connection_id, None)
 
     def busy(self, connection_id: str) -> bool:
         """Owned, or a claim for it is in flight: never claim it again."""
