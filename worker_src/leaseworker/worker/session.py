@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import math
 import time
 from dataclasses import dataclass
 from typing import NoReturn
@@ -38,7 +39,7 @@ from leaseworker.settings import Settings
 from leaseworker.sinks.base import Sink, SinkError, writes_at_once
 from leaseworker.worker import upstream
 from leaseworker.worker.backoff import FatalUpstreamError, ReconnectPacing, check_upstream_url, is_fatal
-from leaseworker.worker.batch import Batch, frame_size
+from leaseworker.worker.batch import BATCH_LINGER_SECONDS, Batch, frame_size
 from leaseworker.worker.failures import FailureRecorder, RecordFailure
 from leaseworker.worker.fence import LeaseFence
 
@@ -217,6 +218,13 @@ class ConnectionSession:
         decoder = self._deps.protocol.decoder(self.delivered_seq)
         batch = self._batch
         replayed = 0
+        # Lingering (waiting up to BATCH_LINGER_SECONDS for more frames before a write) pays only
+        # when frames come closer together than that. On a sparse stream every linger would end
+        # in a timeout, whose cancellation costs more than the write it saves, so after a linger
+        # that gathered nothing each record is written at once, until a frame arrives within a
+        # linger of the last write: then lingering starts again.
+        linger = True
+        alone_at = -math.inf  # when a record was last written at once, without lingering
         try:
             while True:
                 try:
@@ -226,6 +234,7 @@ class ConnectionSession:
                     else:
                         raw = await ws.recv()
                 except TimeoutError:
+                    linger = len(batch) > 1
                     await self._deliver()
                     continue
                 except ConnectionClosed as closed:
@@ -254,7 +263,11 @@ class ConnectionSession:
                 if not batch.fits(size):
                     await self._deliver()
                 batch.add(self._record(frame), size)
-                if batch.full:
+                if not linger and len(batch) == 1:
+                    now = time.monotonic()
+                    linger = now - alone_at < BATCH_LINGER_SECONDS
+                    alone_at = now
+                if batch.full or not linger:
                     await self._deliver()
         finally:
             if replayed:
