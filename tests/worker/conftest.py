@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
 
 import aioboto3
 import pytest
@@ -11,6 +12,7 @@ from types_aiobotocore_dynamodb import DynamoDBClient
 
 from leaseworker.aws import LEASE_CLIENT_CONFIG
 from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.local.proxy import TcpProxy
 from leaseworker.settings import Settings
 
 
@@ -43,3 +45,15 @@ def settings(table: str, dynamodb_endpoint: str) -> Settings:
         endpoint_url=dynamodb_endpoint,
         region="us-east-1",
     )
+
+
+@pytest.fixture
+async def dynamodb_proxy(dynamodb_endpoint: str) -> AsyncIterator[TcpProxy]:
+    """A TCP proxy in front of DynamoDB Local: latency, blackholes and resets on demand."""
+    target = urlsplit(dynamodb_endpoint)
+    proxy = TcpProxy(target.hostname or "127.0.0.1", target.port or 80)
+    await proxy.start()
+    try:
+        yield proxy
+    finally:
+        await proxy.stop()

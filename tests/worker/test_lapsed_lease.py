@@ -10,11 +10,8 @@ suite as an 11 s L1 and a checkpoint that moved back when the orphan was finally
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import replace
-from urllib.parse import urlsplit
 
-import pytest
 from types_aiobotocore_dynamodb import DynamoDBClient
 
 from leaseworker.feed.server import FeedServer
@@ -23,17 +20,6 @@ from leaseworker.local.proxy import TcpProxy
 from leaseworker.observability.metrics import MetricName
 from leaseworker.settings import Settings
 from tests.worker.harness import eventually, running
-
-
-@pytest.fixture
-async def dynamodb_proxy(dynamodb_endpoint: str) -> AsyncIterator[TcpProxy]:
-    target = urlsplit(dynamodb_endpoint)
-    proxy = TcpProxy(target.hostname or "127.0.0.1", target.port or 80)
-    await proxy.start()
-    try:
-        yield proxy
-    finally:
-        await proxy.stop()
 
 
 async def test_a_lapsed_session_held_lease_is_handed_back_and_claimed_again(

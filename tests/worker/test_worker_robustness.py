@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import replace
-from urllib.parse import urlsplit
 
 import pytest
 from types_aiobotocore_dynamodb import DynamoDBClient
@@ -20,17 +18,6 @@ from leaseworker.observability.metrics import MetricName
 from leaseworker.settings import Settings
 from leaseworker.worker.main import build_worker
 from tests.worker.harness import eventually, running
-
-
-@pytest.fixture
-async def slow_dynamodb(dynamodb_endpoint: str) -> AsyncIterator[TcpProxy]:
-    target = urlsplit(dynamodb_endpoint)
-    proxy = TcpProxy(target.hostname or "127.0.0.1", target.port or 80)
-    await proxy.start()
-    try:
-        yield proxy
-    finally:
-        await proxy.stop()
 
 
 async def round_trip(endpoint: str, table: str) -> float:
@@ -48,23 +35,23 @@ async def round_trip(endpoint: str, table: str) -> float:
 
 
 async def test_round_trips_of_a_third_of_the_lease_fence_no_lease(
-    ddb: DynamoDBClient, table: str, settings: Settings, slow_dynamodb: TcpProxy
+    ddb: DynamoDBClient, table: str, settings: Settings, dynamodb_proxy: TcpProxy
 ) -> None:
     """Every DynamoDB round trip takes about LEASE_SECONDS / 3 (one heartbeat): no lease is lost."""
     admin = LeaseTableAdmin(ddb, table)
-    settings = replace(settings, sink="null", endpoint_url=slow_dynamodb.url)
+    settings = replace(settings, sink="null", endpoint_url=dynamodb_proxy.url)
     async with FeedServer() as feed:
         for i in range(12):
             await admin.add(f"c{i}", feed.url_for(f"c{i}"))
         async with running(settings) as run:
             await eventually(lambda: len(run.worker.owned) == 12, 15, "all owned")
             # The proxy delays every chunk it forwards; a request and its reply are a few chunks.
-            slow_dynamodb.latency = settings.lease_seconds / 8
-            rtt = await round_trip(slow_dynamodb.url, table)
+            dynamodb_proxy.latency = settings.lease_seconds / 8
+            rtt = await round_trip(dynamodb_proxy.url, table)
             print(f"DynamoDB round trip through the proxy: {rtt:.2f} s (lease {settings.lease_seconds} s)")
             assert rtt >= settings.lease_seconds / 4, f"the fault is too mild to mean anything: {rtt:.2f} s"
             await asyncio.sleep(4 * settings.lease_seconds)
-            slow_dynamodb.latency = 0.0
+            dynamodb_proxy.latency = 0.0
             totals = run.metrics.totals()
             assert len(run.worker.owned) == 12
     assert totals.get(MetricName.LeasesLost, 0) == 0
@@ -125,15 +112,15 @@ async def test_malformed_owned_item_seen_by_a_hint_is_marked_failed(
 
 
 async def test_claims_in_flight_at_shutdown_are_released(
-    ddb: DynamoDBClient, table: str, settings: Settings, slow_dynamodb: TcpProxy
+    ddb: DynamoDBClient, table: str, settings: Settings, dynamodb_proxy: TcpProxy
 ) -> None:
     """SIGTERM while acquires are on the wire: whatever they won is released before exit."""
     admin = LeaseTableAdmin(ddb, table)
-    settings = replace(settings, sink="null", endpoint_url=slow_dynamodb.url)
+    settings = replace(settings, sink="null", endpoint_url=dynamodb_proxy.url)
     async with FeedServer() as feed:
         for i in range(8):
             await admin.add(f"c{i}", feed.url_for(f"c{i}"))
-        slow_dynamodb.latency = 0.3
+        dynamodb_proxy.latency = 0.3
         stop = asyncio.Event()
         async with AsyncExitStack() as stack:
             worker, _ = await build_worker(settings, stack, metrics_stream=io.StringIO())
