@@ -18,8 +18,6 @@ own, and a row with enough workers for all N is added.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import tempfile
 import time
@@ -28,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.designs import CONNECTION, SESSION
-from bench.probe import FeedLog, add_connections, owners, raise_open_files
+from bench.probe import FeedLog, add_connections, capacity_cli, owners, raise_open_files
 from leaseworker.lease.checkpoint_store import MAX_ENTRIES_PER_ITEM
 from leaseworker.local.fleet import Fleet, poll_until
 
@@ -157,21 +155,17 @@ def section(results: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.cold_start", description=__doc__)
-    parser.add_argument("--mode", choices=sorted(CONFIGS), default="quick")
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    results = run(args.mode)
-    (args.out / "p6.json").write_text(json.dumps(results, indent=2) + "\n")
-    try:
-        from bench.capacity_plots import cold_start_plot
-    except ImportError:  # matplotlib is a dev-only dependency
-        pass
-    else:
-        cold_start_plot(results, args.out / "p6-cold-start.png")
-    print("\n".join(section(results)))
-    return 0
+    return capacity_cli(
+        argv,
+        prog="python -m bench.cold_start",
+        description=__doc__,
+        modes=CONFIGS,
+        run=run,
+        section=section,
+        stem="p6",
+        plot="cold_start_plot",
+        plot_suffix="cold-start",
+    )
 
 
 if __name__ == "__main__":

@@ -8,11 +8,12 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
 import resource
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,3 +182,33 @@ async def _owners(endpoint: str) -> dict[str, str | None]:
 def owners(endpoint: str) -> dict[str, str | None]:
     """Each connection's owner (None when free), from one consistent scan."""
     return asyncio.run(_owners(endpoint))
+
+
+def capacity_cli(
+    argv: list[str] | None,
+    *,
+    prog: str,
+    description: str | None,
+    modes: Iterable[str],
+    run: Callable[[str], dict[str, Any]],
+    section: Callable[[dict[str, Any]], list[str]],
+    stem: str,
+    plot: str,
+    plot_suffix: str,
+) -> int:
+    """The P5/P6 command line: run one mode, write <out>/<stem>.json and its plot, print the table."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--mode", choices=sorted(modes), default="quick")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = run(args.mode)
+    (args.out / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
+    try:
+        from bench import capacity_plots
+    except ImportError:  # matplotlib is a dev-only dependency
+        pass
+    else:
+        getattr(capacity_plots, plot)(results, args.out / f"{stem}-{plot_suffix}.png")
+    print("\n".join(section(results)))
+    return 0

@@ -23,8 +23,6 @@ the window; they are counted in the worker's CPU.
 
 from __future__ import annotations
 
-import argparse
-import json
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -36,6 +34,7 @@ from bench.probe import (
     FeedLog,
     MetricsLog,
     add_connections,
+    capacity_cli,
     cpu_seconds,
     raise_open_files,
     rss_bytes,
@@ -230,21 +229,17 @@ def section(results: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.process_capacity", description=__doc__)
-    parser.add_argument("--mode", choices=sorted(CONFIGS), default="quick")
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    results = run(args.mode)
-    (args.out / "p5.json").write_text(json.dumps(results, indent=2) + "\n")
-    try:
-        from bench.capacity_plots import rss_plot
-    except ImportError:  # matplotlib is a dev-only dependency
-        pass
-    else:
-        rss_plot(results, args.out / "p5-rss.png")
-    print("\n".join(section(results)))
-    return 0
+    return capacity_cli(
+        argv,
+        prog="python -m bench.process_capacity",
+        description=__doc__,
+        modes=CONFIGS,
+        run=run,
+        section=section,
+        stem="p5",
+        plot="rss_plot",
+        plot_suffix="rss",
+    )
 
 
 if __name__ == "__main__":
