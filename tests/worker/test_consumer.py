@@ -11,7 +11,13 @@ import aioboto3
 import pytest
 from types_aiobotocore_kinesis import KinesisClient
 
-from leaseworker.consumer import ConnectionFilter, Position, Verdict, read_stream, shard_order
+from leaseworker.consumer import (
+    ConnectionFilter,
+    Position,
+    Verdict,
+    read_stream,
+    shard_order,
+)
 from leaseworker.local.invariants import (
     Delivered,
     Report,
@@ -203,3 +209,41 @@ async def test_the_reader_returns_each_shard_in_order_and_the_filter_cleans_it(
     report = check_arrivals(arrivals)
     assert report.ok, report.violations
     assert report.duplicates == 12
+
+
+async def test_the_reader_ends_while_a_writer_keeps_writing(
+    kinesis: KinesisClient, moto_endpoint: str
+) -> None:
+    """The system tests read the stream while the fleet still delivers: the read must end at the
+    tip it reaches, not chase the records written while it reads. Here a record is written after
+    every GetRecords call, so no page is ever empty."""
+    name = "consumer-live"
+    await kinesis.create_stream(StreamName=name, ShardCount=1)
+    await kinesis.get_waiter("stream_exists").wait(
+        StreamName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 20}
+    )
+    async with aioboto3.Session().client(
+        "kinesis", endpoint_url=moto_endpoint, region_name=REGION, config=kinesis_client_config()
+    ) as writer_client:
+        sink = KinesisSink(writer_client, name)
+        await sink.write([SinkRecord("c", seq, 1, "w1", seq, {"n": seq}) for seq in range(100)])
+        calls = 0
+
+        async def write_one_more(**_: Any) -> None:
+            nonlocal calls
+            calls += 1
+            if calls <= WRITES_AT_MOST:  # bounded, so that a reader that chases still ends
+                await sink.write([SinkRecord("c", 99 + calls, 1, "w1", 0, {"n": calls})])
+
+        handler: Any = write_one_more  # aiobotocore awaits a coroutine handler; the stubs say None
+        kinesis.meta.events.register("after-call.kinesis.GetRecords", handler)
+        try:
+            read = [entry async for entry in read_stream(kinesis, name)]
+        finally:
+            kinesis.meta.events.unregister("after-call.kinesis.GetRecords", handler)
+    assert calls < 3, f"{calls} GetRecords calls: the reader chased the writer"
+    seqs = [int(entry.record["seq"]) for entry in read]
+    assert seqs == list(range(len(seqs))) and len(seqs) >= 100
+
+
+WRITES_AT_MOST = 50
