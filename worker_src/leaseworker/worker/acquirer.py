@@ -63,6 +63,7 @@ class Acquirer:
         self._give_back = give_back
         self._gate = asyncio.Semaphore(CLAIM_CONCURRENCY)
         self._claim_settled = asyncio.Condition()
+        self._refreshing = asyncio.Lock()  # concurrent hints share one refresh
         self.target = settings.max_connections  # refined by each fleet view
         self.viewed_at = -math.inf
         self._previous_shed = 0
@@ -115,13 +116,14 @@ class Acquirer:
 
     async def refresh_share(self) -> None:
         """Recompute this worker's fair share; on a store error keep the previous one."""
+        started = time.monotonic()
         try:
             view = await self._fleet_view()
         except StoreError as error:
             self._metrics.count(MetricName.LeaseAcquireFailures)
             logger.warning("fleet view failed; keeping the previous share", extra={"error": str(error)})
             return
-        self.viewed_at = time.monotonic()
+        self.viewed_at = started
         peers = view.peers
         self._free, self._live_peers = view.free, len(peers)
         owned = len(self._registry.held())
@@ -144,6 +146,13 @@ class Acquirer:
             self._shed(min(shed, self._previous_shed))
         self._previous_shed = shed
 
+    async def refresh_share_since(self, since: float) -> None:
+        """Refresh unless a view begun at or after `since` (monotonic) is already in: of many
+        hints that find us full at once, one reads the fleet and the others wait for it."""
+        async with self._refreshing:
+            if self.viewed_at < since:
+                await self.refresh_share()
+
     async def _release_stopped(self) -> None:
         """Session mode: an operator's stop is noticed here (no per-connection renewal tells us)."""
         try:
@@ -164,7 +173,7 @@ class Acquirer:
         deadline = time.monotonic() + wait_for_claims
         while True:
             if self.capacity() <= 0 and time.monotonic() - self.viewed_at > SHARE_REFRESH_SECONDS:
-                await self.refresh_share()
+                await self.refresh_share_since(time.monotonic() - SHARE_REFRESH_SECONDS)
             if self.capacity() > 0:
                 return True
             remaining = deadline - time.monotonic()

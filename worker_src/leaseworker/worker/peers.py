@@ -131,10 +131,14 @@ class PeerWatch:
         REFRESH_SECONDS; True if it listed."""
         if self._group is None or self._stop.is_set():
             return False
-        if time.monotonic() - self._listed_at < REFRESH_SECONDS:
+        asked = time.monotonic()
+        if asked - self._listed_at < REFRESH_SECONDS:
             return False
-        with survive("peers"):
-            await self.round()
+        async with self._listing:  # hints that ask at once share one listing
+            if self._listed_at < asked:
+                self._listed_at = time.monotonic()
+                with survive("peers"):
+                    await self._round()
         return True
 
     async def round(self) -> None:
