@@ -118,9 +118,7 @@ def run_scenarios(fleet: Fleet, ids: list[str], alive: set[str], sampler: Checkp
     figures["takeover_max_s"] = max(takeovers.values())
     bound = L1_BOUND_S[fleet.lease_mode or "connection"]
     assert figures["takeover_max_s"] <= bound, takeovers
-    fleet.start_worker("w4")
-    alive.add("w4")
-    time.sleep(2.0)
+    join(fleet, "w4", alive)
 
     # --- SIGTERM: handoff within about a second (L2), exit 0 --------------------------------
     before = fleet.leases()
@@ -133,9 +131,7 @@ def run_scenarios(fleet: Fleet, ids: list[str], alive: set[str], sampler: Checkp
     handoffs = wait_for_subscribes(fleet, handed, termed_ms, before)
     figures["handoff_max_s"] = max(handoffs.values())
     assert figures["handoff_max_s"] <= L2_BOUND_S, handoffs
-    fleet.start_worker("w5")
-    alive.add("w5")
-    time.sleep(2.0)
+    join(fleet, "w5", alive)
 
     # --- SIGSTOP longer than the lease, then SIGCONT: nothing stale after waking ------------
     before = fleet.leases()
@@ -175,6 +171,17 @@ def run_scenarios(fleet: Fleet, ids: list[str], alive: set[str], sampler: Checkp
         assert not old & new, f"{cid}: {len(old & new)} seqs replayed across a graceful handoff"
     mode = fleet.lease_mode
     print(f"\nfailover figures ({mode}): {figures}; L1 bound {bound:.1f} s; report {report.as_dict()}")
+
+
+def join(fleet: Fleet, name: str, alive: set[str]) -> None:
+    """Start a worker and wait until it holds its part: each fault then starts from a steady
+    fleet. (A worker started 2 s before the next fault was often not yet running: its start-up,
+    a core for a second on this machine, overlapped the handoff that was being measured.)"""
+    fleet.start_worker(name)
+    alive.add(name)
+    wait_until(lambda: fleet.session(name) is not None, 20, f"{name}'s session")
+    wait_until(lambda: all_owned(fleet, alive) and balanced(fleet, alive), 30, f"{name} holding its part")
+    time.sleep(1.0)
 
 
 def wait_for_subscribes(

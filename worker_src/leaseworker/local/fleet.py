@@ -22,12 +22,12 @@ from typing import Any
 import aioboto3
 
 from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.local.admin_loop import AdminLoop
 from leaseworker.local.invariants import Delivered, read_events, read_sink_arrivals, resubscribed_after
 from leaseworker.local.services import (
     LOCAL_CREDENTIALS,
     ManagedProcess,
     ServiceError,
-    local_dynamodb,
     spawn,
     start_dynamodb_local,
     start_moto_server,
@@ -118,6 +118,7 @@ class Fleet:
         self.queue_url: str | None = None
         self.workers: dict[str, WorkerProcess] = {}
         self._counter = 0
+        self._admin_loop: AdminLoop | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -143,7 +144,7 @@ class Fleet:
         if self.kinesis_stream:
             self._create_stream(self.kinesis_stream)
         self._start_feed()
-        asyncio.run(self._admin(lambda admin: admin.create_table()))
+        self._admin(lambda admin: admin.create_table())
 
     def stop(self) -> None:
         for worker in list(self.workers.values()):
@@ -151,6 +152,9 @@ class Fleet:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(worker.pid, signal.SIGCONT)  # the worker child too
             worker.process.stop(timeout=self.timings.shutdown_grace_seconds + 2)
+        if self._admin_loop is not None:
+            self._admin_loop.close()
+            self._admin_loop = None
         for service in (self.feed, self.moto, self.dynamodb):
             if service is not None:
                 service.stop()
@@ -258,23 +262,23 @@ class Fleet:
         return base + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
 
     def add_connections(self, ids: list[str], **query: str) -> None:
-        asyncio.run(
-            self._admin(lambda admin: _add_all(admin, [(cid, self.url_for(cid, **query)) for cid in ids]))
-        )
+        self._admin(lambda admin: _add_all(admin, [(cid, self.url_for(cid, **query)) for cid in ids]))
 
     def add_connection(self, connection_id: str, url: str) -> None:
-        asyncio.run(self._admin(lambda admin: admin.add(connection_id, url)))
+        self._admin(lambda admin: admin.add(connection_id, url))
 
     def list_connections(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = asyncio.run(self._admin(lambda admin: admin.list()))
+        result: list[dict[str, Any]] = self._admin(lambda admin: admin.list())
         return result
 
     def stop_connection(self, connection_id: str) -> None:
-        asyncio.run(self._admin(lambda admin: admin.stop(connection_id)))
+        self._admin(lambda admin: admin.stop(connection_id))
 
-    async def _admin(self, action: Any) -> Any:
-        async with local_dynamodb(self.endpoint) as client:
-            return await action(LeaseTableAdmin(client, TABLE))
+    def _admin(self, action: Any) -> Any:
+        """Run `action(admin)` on the fleet's one long-lived table client (any thread)."""
+        if self._admin_loop is None:
+            self._admin_loop = AdminLoop(self.endpoint, TABLE)
+        return self._admin_loop.call(action)
 
     # ------------------------------------------------------------------ workers
 
@@ -319,7 +323,7 @@ class Fleet:
         async def read(admin: LeaseTableAdmin) -> dict[str, Any] | None:
             return await admin.raw_item(f"worker#{name}")
 
-        result: dict[str, Any] | None = asyncio.run(self._admin(read))
+        result: dict[str, Any] | None = self._admin(read)
         return result
 
     def wait_exit(self, name: str, timeout: float) -> int | None:
