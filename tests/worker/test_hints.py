@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
+from leaseworker.notify import Hint
 from leaseworker.worker.hints import HINTS_IN_FLIGHT, Hints
 
 
@@ -25,7 +26,8 @@ class RecordingHints(Hints):
         self.expect = 0
         self.progress = asyncio.Condition()
 
-    async def on_changed(self, connection_id: str) -> None:
+    async def on_changed(self, hint: Hint) -> None:
+        connection_id = hint.connection_id
         self.started.append(connection_id)
         if len(self.started) >= self.expect:
             self.all_started.set()
@@ -40,9 +42,9 @@ class RecordingHints(Hints):
 
 
 def source_of(ids: list[str], done: asyncio.Event) -> Any:
-    async def source(stop: asyncio.Event) -> AsyncIterator[str]:
+    async def source(stop: asyncio.Event) -> AsyncIterator[Hint]:
         for connection_id in ids:
-            yield connection_id
+            yield Hint(connection_id)
         done.set()
         await stop.wait()
 

@@ -15,7 +15,7 @@ import pytest
 from aiobotocore.config import AioConfig
 from types_aiobotocore_sqs import SQSClient
 
-from leaseworker.notify import Notifier, encode_message, notifications, parse_message
+from leaseworker.notify import Hint, Notifier, encode_message, notifications, parse_message
 from leaseworker.observability.logging import configure_logging
 
 
@@ -38,8 +38,8 @@ async def collect(sqs: SQSClient, queue_url: str, count: int, *, within: float =
     stop = asyncio.Event()
     got: list[str] = []
     async with asyncio.timeout(within):
-        async for connection_id in notifications(sqs, queue_url, wait_seconds=1, stop=stop):
-            got.append(connection_id)
+        async for hint in notifications(sqs, queue_url, wait_seconds=1, stop=stop):
+            got.append(hint.connection_id)
             if len(got) == count:
                 stop.set()
     return got
@@ -63,7 +63,26 @@ def closed_port() -> int:
 
 def test_wire_format_is_exact() -> None:
     assert encode_message("feed-1") == '{"type":"connection_changed","connection_id":"feed-1"}'
-    assert parse_message(encode_message("a.b:c_d-9")) == "a.b:c_d-9"
+    assert parse_message(encode_message("a.b:c_d-9")) == Hint("a.b:c_d-9")
+    handoff = '{"type":"connection_changed","connection_id":"feed-1","reason":"handoff"}'
+    assert encode_message("feed-1", handoff=True) == handoff
+    assert parse_message(handoff) == Hint("feed-1", handoff=True)
+    # A reason this version does not know is a plain hint, not a malformed message.
+    assert parse_message('{"type":"connection_changed","connection_id":"f","reason":"x"}') == Hint("f")
+
+
+async def test_a_handoff_survives_a_plain_duplicate_in_one_batch(sqs: SQSClient, queue_url: str) -> None:
+    await sqs.send_message(QueueUrl=queue_url, MessageBody=encode_message("dup"))
+    await sqs.send_message(QueueUrl=queue_url, MessageBody=encode_message("dup", handoff=True))
+    await sqs.send_message(QueueUrl=queue_url, MessageBody=encode_message("dup"))
+    stop = asyncio.Event()
+    got: list[Hint] = []
+    async with asyncio.timeout(10):
+        async for hint in notifications(sqs, queue_url, wait_seconds=1, stop=stop):
+            got.append(hint)
+            if hint.handoff:
+                stop.set()
+    assert got[-1] == Hint("dup", handoff=True)
 
 
 @pytest.mark.parametrize(
@@ -153,8 +172,8 @@ async def test_iterator_survives_errors_and_stops_promptly() -> None:
     ) as client:
         stop = asyncio.Event()
 
-        async def consume() -> list[str]:
-            return [cid async for cid in notifications(client, f"{endpoint}/1/q", wait_seconds=1, stop=stop)]
+        async def consume() -> list[Hint]:
+            return [h async for h in notifications(client, f"{endpoint}/1/q", wait_seconds=1, stop=stop)]
 
         task = asyncio.create_task(consume())
         await asyncio.sleep(1.0)  # several failures and backoffs, none of which may end the loop
@@ -168,8 +187,8 @@ async def test_iterator_survives_errors_and_stops_promptly() -> None:
 async def test_iterator_stops_within_the_long_poll(sqs: SQSClient, queue_url: str) -> None:
     stop = asyncio.Event()
 
-    async def consume() -> list[str]:
-        return [cid async for cid in notifications(sqs, queue_url, wait_seconds=1, stop=stop)]
+    async def consume() -> list[Hint]:
+        return [hint async for hint in notifications(sqs, queue_url, wait_seconds=1, stop=stop)]
 
     task = asyncio.create_task(consume())
     await asyncio.sleep(0.3)  # inside a long poll on an empty queue

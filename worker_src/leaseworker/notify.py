@@ -5,6 +5,15 @@ After add/start/stop/release, the CLI and the workers send
 one re-examines that connection at once (acquire it if free, close and release it if STOPPED)
 instead of waiting for the next reconcile.
 
+A release by a worker that is leaving (shutdown, a claim that landed after shutdown began, a
+lapsed lease handed back) adds `"reason":"handoff"`: that connection needs an owner now, and the
+worker that reads the hint claims it even above its fair share (never above MAX_CONNECTIONS).
+Fair shares come from the peers' published loads, which lag their claims by up to a heartbeat,
+so during a handoff every survivor can count itself full at once; a plain hint then bounced
+between them until a reconcile (seen: 1.8 s handoffs against L2's "about one second").
+Rebalancing hands any excess back with plain hints, which are claimed only within a share, so a
+hand-back never loops. Readers ignore a reason they do not know.
+
 All workers long-poll one shared queue, so each message reaches exactly one worker, not all of
 them; the rest learn of the change at their next reconcile (every RECONCILE_SECONDS). That is
 acceptable because a notification is only a hint:
@@ -22,6 +31,7 @@ import asyncio
 import json
 import random
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from leaseworker.observability.logging import get_logger
@@ -31,11 +41,12 @@ if TYPE_CHECKING:
     from types_aiobotocore_sqs import SQSClient
     from types_aiobotocore_sqs.type_defs import DeleteMessageBatchRequestEntryTypeDef, MessageTypeDef
 
-__all__ = ["MESSAGE_TYPE", "Notifier", "encode_message", "notifications", "parse_message"]
+__all__ = ["HANDOFF", "MESSAGE_TYPE", "Hint", "Notifier", "encode_message", "notifications", "parse_message"]
 
 log = get_logger(__name__)
 
 MESSAGE_TYPE = "connection_changed"
+HANDOFF = "handoff"  # the optional `reason` of a leaving worker's release
 MAX_MESSAGES = 10  # the SQS ReceiveMessage / DeleteMessageBatch maximum
 BACKOFF_BASE_SECONDS = 0.5
 BACKOFF_CAP_SECONDS = 20.0
@@ -43,13 +54,23 @@ BACKOFF_CAP_SECONDS = 20.0
 RECEIVE_SLACK_SECONDS = 10.0
 
 
-def encode_message(connection_id: str) -> str:
-    """The exact wire form: `{"type":"connection_changed","connection_id":ID}`."""
-    return json.dumps({"type": MESSAGE_TYPE, "connection_id": connection_id}, separators=(",", ":"))
+@dataclass(frozen=True, slots=True)
+class Hint:
+    connection_id: str
+    handoff: bool = False  # released by a leaving worker: it needs an owner now
 
 
-def parse_message(body: str) -> str | None:
-    """The connection id of a valid notification, or None for anything else."""
+def encode_message(connection_id: str, *, handoff: bool = False) -> str:
+    """The exact wire form: `{"type":"connection_changed","connection_id":ID}`, plus
+    `"reason":"handoff"` for a leaving worker's release."""
+    message = {"type": MESSAGE_TYPE, "connection_id": connection_id}
+    if handoff:
+        message["reason"] = HANDOFF
+    return json.dumps(message, separators=(",", ":"))
+
+
+def parse_message(body: str) -> Hint | None:
+    """The hint of a valid notification, or None for anything else."""
     try:
         payload = json.loads(body)
     except ValueError:
@@ -59,7 +80,7 @@ def parse_message(body: str) -> str | None:
     connection_id = payload.get("connection_id")
     if not isinstance(connection_id, str) or not ID_PATTERN.fullmatch(connection_id):
         return None
-    return connection_id
+    return Hint(connection_id, handoff=payload.get("reason") == HANDOFF)
 
 
 class Notifier:
@@ -74,14 +95,15 @@ class Notifier:
     def enabled(self) -> bool:
         return self._client is not None and bool(self._queue_url)
 
-    async def connection_changed(self, connection_id: str) -> None:
-        """Tell some worker that `connection_id` changed. Bounded by `timeout`; errors are logged."""
+    async def connection_changed(self, connection_id: str, *, handoff: bool = False) -> None:
+        """Tell some worker that `connection_id` changed (`handoff`: released by a leaving worker).
+        Bounded by `timeout`; errors are logged."""
         if self._client is None or not self._queue_url:
             return
         try:
             async with asyncio.timeout(self._timeout):
                 await self._client.send_message(
-                    QueueUrl=self._queue_url, MessageBody=encode_message(connection_id)
+                    QueueUrl=self._queue_url, MessageBody=encode_message(connection_id, handoff=handoff)
                 )
         except TimeoutError:
             log.warning(
@@ -138,8 +160,8 @@ async def notifications(
     *,
     wait_seconds: int = 2,
     stop: asyncio.Event,
-) -> AsyncIterator[str]:
-    """Yield connection ids from the notification queue until `stop` is set.
+) -> AsyncIterator[Hint]:
+    """Yield hints from the notification queue until `stop` is set.
 
     Long-polls for up to `wait_seconds`, so it ends at most about `wait_seconds` after `stop` is
     set. Every received message is deleted (before its ids are yielded: a hint may be lost, never
@@ -167,13 +189,15 @@ async def notifications(
         if not messages:
             continue
         await _delete(client, queue_url, messages)
-        seen: set[str] = set()
+        hints: dict[str, Hint] = {}  # one per connection id: a handoff if any of them is
         for message in messages:
             body = message.get("Body", "")
-            connection_id = parse_message(body)
-            if connection_id is None:
+            hint = parse_message(body)
+            if hint is None:
                 log.warning("dropping a malformed notification", body=body[:200])
                 continue
-            if connection_id not in seen:
-                seen.add(connection_id)
-                yield connection_id
+            previous = hints.get(hint.connection_id)
+            if previous is None or not previous.handoff:
+                hints[hint.connection_id] = hint
+        for hint in hints.values():
+            yield hint

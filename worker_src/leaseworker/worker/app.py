@@ -91,7 +91,11 @@ class Worker:
         self._leaving = False
         self._group: asyncio.TaskGroup | None = None
         self._settler = Settler(
-            ownership, deps, notifier, fenced=lambda: self._fenced is not None or coordination.validity.fenced
+            ownership,
+            deps,
+            notifier,
+            fenced=lambda: self._fenced is not None or coordination.validity.fenced,
+            leaving=self._stop_acquiring.is_set,
         )
         parts = (ownership, self._registry, self._settings, self._metrics, self._tracing)
         self._acquirer = Acquirer(
@@ -140,6 +144,11 @@ class Worker:
     @property
     def owned(self) -> list[str]:
         return sorted(self._registry.owned)
+
+    @property
+    def peers(self) -> list[str]:
+        """The live peers of our last listing (the ones our fair share counts)."""
+        return [peer.worker_id for peer in self._peers.peers]
 
     @property
     def claiming(self) -> list[str]:

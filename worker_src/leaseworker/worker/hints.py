@@ -10,6 +10,10 @@ hint per connection, and each takes a few round trips (share, claim). Handled on
 the fifteenth waited for the fourteen before it (seen: 1.0 s from a release to its hint being
 read, and a 1.8 s handoff against L2's "about one second"). A hint for a connection whose hint is
 still being handled runs again after it, so no change it announces is missed.
+
+A handoff hint (a leaving worker's release, notify.py) is claimed even above our fair share, up
+to MAX_CONNECTIONS: every survivor may count itself full while the published loads lag the
+claims, and the connection needs an owner now. Rebalancing hands any excess back gracefully.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from leaseworker.lease.errors import StoreError
 from leaseworker.lease.model import STARTED, MalformedItem
 from leaseworker.lease.ownership import Ownership
 from leaseworker.lease.store import Lost
+from leaseworker.notify import Hint
 from leaseworker.observability.logging import get_logger
 from leaseworker.worker.acquirer import Acquirer
 from leaseworker.worker.loops import survive
@@ -34,7 +39,7 @@ logger = get_logger(__name__)
 RESTART_DELAY_SECONDS = 1.0  # after the hint source itself failed
 HINTS_IN_FLIGHT = 16  # as many as the acquirer claims at once
 
-HintSource = Callable[[asyncio.Event], AsyncIterator[str]]
+HintSource = Callable[[asyncio.Event], AsyncIterator[Hint]]
 
 
 class Hints:
@@ -58,42 +63,50 @@ class Hints:
         self._stop = stop_acquiring
         self._slots = asyncio.Semaphore(HINTS_IN_FLIGHT)
         self._in_flight: set[str] = set()
-        self._again: set[str] = set()  # hinted again while in flight
+        self._again: dict[str, Hint] = {}  # hinted again while in flight
 
     async def run(self, source: HintSource) -> None:
         while not self._stop.is_set():
             with survive("notifications"):
                 async with asyncio.TaskGroup() as group:
-                    async for connection_id in source(self._stop):
-                        if connection_id in self._in_flight:
-                            self._again.add(connection_id)
+                    async for hint in source(self._stop):
+                        if hint.connection_id in self._in_flight:
+                            again = self._again.get(hint.connection_id)
+                            if again is None or not again.handoff:
+                                self._again[hint.connection_id] = hint
                             continue
                         await self._slots.acquire()
-                        self._in_flight.add(connection_id)
-                        group.create_task(self._handle(connection_id))
+                        self._in_flight.add(hint.connection_id)
+                        group.create_task(self._handle(hint))
             # A handler cancelled before it ran never freed its slot: start afresh.
             self._slots = asyncio.Semaphore(HINTS_IN_FLIGHT)
             self._in_flight.clear()
             self._again.clear()
             await wait_any(RESTART_DELAY_SECONDS, self._stop)
 
-    async def _handle(self, connection_id: str) -> None:
+    async def _handle(self, hint: Hint) -> None:
+        connection_id = hint.connection_id
         try:
             while True:
                 with survive("notification"):
-                    await self.on_changed(connection_id)
-                if connection_id not in self._again:
+                    await self.on_changed(hint)
+                again = self._again.pop(connection_id, None)
+                if again is None:
                     return
-                self._again.discard(connection_id)
+                hint = again
         finally:
             self._in_flight.discard(connection_id)
             self._slots.release()
 
-    async def on_changed(self, connection_id: str) -> None:
+    async def on_changed(self, hint: Hint) -> None:
+        connection_id = hint.connection_id
         owned = self._registry.owned.get(connection_id)
         if owned is None:
             if self._stop.is_set():
-                await self._relay.pass_on(connection_id)
+                await self._relay.pass_on(connection_id, handoff=hint.handoff)
+                return
+            if hint.handoff and self._acquirer.capacity(over_share=True) > 0:
+                await self._acquirer.claim(connection_id, over_share=True)
                 return
             if not await self._acquirer.has_room() and not await self._room_after_listing():
                 # Full by a fresh listing too, which may still count a peer the supervisor has
@@ -101,7 +114,7 @@ class Hints:
                 # fenced, our share has grown and its connections are being taken over; else the
                 # hint goes on to a peer that may have room.
                 if not await self._holder_fenced(connection_id):
-                    await self._relay.pass_on(connection_id)
+                    await self._relay.pass_on(connection_id, handoff=hint.handoff)
                 return
             result = await self._acquirer.claim(connection_id)
             if isinstance(result, Lost) and result.holder and self._holder_check is not None:

@@ -20,7 +20,7 @@ from leaseworker.lease.ownership import ConnectionLeases, Ownership
 from leaseworker.lease.session_leases import SessionLeases
 from leaseworker.lease.session_store import SessionStore
 from leaseworker.lease.store import LeaseStore
-from leaseworker.notify import Notifier, notifications
+from leaseworker.notify import Hint, Notifier, notifications
 from leaseworker.observability.logging import configure_logging, get_logger
 from leaseworker.observability.metrics import DEFAULT_NAMESPACE, WorkerMetrics
 from leaseworker.observability.tracing import configure_tracing
@@ -70,7 +70,7 @@ async def build_worker(
         queue_url = settings.notify_queue_url
         notifier = Notifier(sqs, queue_url)
 
-        def source(stop_event: asyncio.Event) -> AsyncIterator[str]:
+        def source(stop_event: asyncio.Event) -> AsyncIterator[Hint]:
             return notifications(sqs, queue_url, stop=stop_event)
 
     metrics = WorkerMetrics(

@@ -24,8 +24,9 @@ class HintRelay:
         self._notifier = notifier
         self._passed_on: dict[str, list[float]] = {}
 
-    async def pass_on(self, connection_id: str) -> bool:
-        """Re-send the hint unless this worker has passed it on too often lately; True if sent."""
+    async def pass_on(self, connection_id: str, *, handoff: bool = False) -> bool:
+        """Re-send the hint (a handoff stays one) unless this worker has passed it on too often
+        lately; True if sent."""
         now = time.monotonic()
         recent = [t for t in self._passed_on.get(connection_id, []) if now - t < PASS_ON_WINDOW_SECONDS]
         if len(recent) >= PASS_ON_LIMIT:
@@ -36,5 +37,5 @@ class HintRelay:
             self._passed_on = {
                 k: v for k, v in self._passed_on.items() if now - v[-1] < PASS_ON_WINDOW_SECONDS
             }
-        await self._notifier.connection_changed(connection_id)
+        await self._notifier.connection_changed(connection_id, handoff=handoff)
         return True

@@ -33,7 +33,13 @@ LAPSED_RETRY_SECONDS = 0.5  # a lapsed session-held lease: retried until handed 
 
 class Settler:
     def __init__(
-        self, ownership: Ownership, deps: SessionDeps, notifier: Notifier, *, fenced: Callable[[], bool]
+        self,
+        ownership: Ownership,
+        deps: SessionDeps,
+        notifier: Notifier,
+        *,
+        fenced: Callable[[], bool],
+        leaving: Callable[[], bool],
     ) -> None:
         self._ownership = ownership
         self._settings = deps.settings
@@ -41,6 +47,7 @@ class Settler:
         self._tracing = deps.tracing
         self._notifier = notifier
         self._fenced = fenced
+        self._leaving = leaving  # shutting down: our releases are handoffs (notify.py)
 
     async def settle(self, session: ConnectionSession, result: SessionResult) -> None:
         lease = session.lease
@@ -66,13 +73,14 @@ class Settler:
                     return
                 logger.warning("release failed; retrying", extra={"error": str(error), "delay_s": delay})
                 await asyncio.sleep(delay)
-        await self._notifier.connection_changed(lease.connection_id)
+        handoff = result.outcome is not Outcome.FAILED and self._leaving()
+        await self._notifier.connection_changed(lease.connection_id, handoff=handoff)
 
     async def give_back(self, acquired: Acquired) -> None:
         """A claim that landed after shutdown began: release it at once, with a hint."""
         with contextlib.suppress(StoreError):
             await self._ownership.release(acquired.lease, None)
-            await self._notifier.connection_changed(acquired.lease.connection_id)
+            await self._notifier.connection_changed(acquired.lease.connection_id, handoff=True)
 
     async def _release(self, session: ConnectionSession, reason: str) -> bool:
         lease = session.lease
@@ -88,7 +96,7 @@ class Settler:
         while not self._fenced():
             try:
                 if await self._release(session, "our local deadline passed; handing it back"):
-                    await self._notifier.connection_changed(session.lease.connection_id)
+                    await self._notifier.connection_changed(session.lease.connection_id, handoff=True)
                 return
             except StoreError as error:
                 logger.warning("could not hand back a lapsed lease yet", extra={"error": str(error)})
