@@ -42,6 +42,10 @@ DEFAULT_FEED_RATE: Final = 4.0  # messages per second per connection
 L2_BOUND_S: Final = 1.5  # "about one second" (DESIGN.md §2c)
 RESTORE_AFTER_S: Final = 1.0  # after a nemesis stops, before replacing lost workers
 SETTLE_S: Final = 8.0  # after a fault window, moves are still attributed to it (rebalancing)
+# A worker with an expected exit (a woken SIGSTOP learns of its fence at its next heartbeat; a
+# SIGTERM shuts down within its grace) may still be on its way out when the schedule ends: a
+# start-up that ran long on the shared cores stretches a rolling restart past the last recovery.
+EXIT_WAIT_S: Final = 15.0
 
 
 @dataclass
@@ -219,6 +223,7 @@ def _execute(chaos: ChaosRun) -> Verdict:
         memory.halt.set()
         table.join(10)
         memory.join(10)
+    _await_expected_exits(fleet, chaos.measures)
     exits = {name: w.process.popen.poll() for name, w in fleet.workers.items()}
     # Stopped before the read (moto's GetRecords iterates the shard unlocked: a concurrent put
     # fails it), and before the proxy and the arbiter they talk to go away.
@@ -248,6 +253,13 @@ def _execute(chaos: ChaosRun) -> Verdict:
     verdict.extra["log"] = chaos.log
     (config.root / "verdict.json").write_text(json.dumps(verdict.as_dict(), indent=2))
     return verdict
+
+
+def _await_expected_exits(fleet: Fleet, measures: list[Measure]) -> None:
+    """Give each worker that should have exited a bounded time to do so before its status is
+    read (one wait for them all); one that never exits still fails the exit-status row."""
+    expected = {m.worker for m in measures if m.expect_exit is not None and m.worker in fleet.workers}
+    poll_until(lambda: all(fleet.workers[w].process.popen.poll() is not None for w in expected), EXIT_WAIT_S)
 
 
 def _stop_workers(fleet: Fleet) -> None:
