@@ -50,6 +50,8 @@ class Chaos(Protocol):
     def victim(self, target: int, *, exclude_proxied: bool = False) -> str | None: ...
     def proxied(self) -> str | None: ...
     def alive(self) -> list[str]: ...
+    def doom(self, worker: str) -> None: ...
+    def room(self) -> int: ...
     def start_worker(self, *, proxied: bool = False, extra_env: dict[str, str] | None = None) -> str: ...
     def held_by(self, worker: str) -> dict[str, int]: ...
     def add_bad_connections(self, faults: list[str]) -> list[str]: ...
@@ -154,7 +156,7 @@ def _wait_until_up(chaos: Chaos, worker: str) -> None:
 
 class ScaleOut(Base):
     def start(self, chaos: Chaos) -> None:
-        for _ in range(int(self.spec.params.get("add", 2))):
+        for _ in range(min(int(self.spec.params.get("add", 2)), chaos.room())):
             chaos.start_worker()
 
 
@@ -188,6 +190,7 @@ class DynamoBlackhole(Base):
         chaos.proxy.set_mode("blackhole")
         at = time.time_ns() // 1_000_000
         if held:
+            chaos.doom(worker)
             chaos.measures.append(Measure("ddb_blackhole", "L1", at, worker, held, expect_exit=EXIT_FENCED))
 
     def stop(self, chaos: Chaos) -> None:
@@ -205,6 +208,7 @@ class DynamoStall(Base):
         held = chaos.held_by(worker)
         chaos.proxy.set_faults(Faults(latency=float(self.spec.params["hold_s"])))
         at = time.time_ns() // 1_000_000
+        chaos.doom(worker)
         chaos.measures.append(Measure("ddb_stall", "L1", at, worker, held, expect_exit=EXIT_FENCED))
 
     def stop(self, chaos: Chaos) -> None:

@@ -36,6 +36,10 @@ from leaseworker.unsafe import CONFIRM_VALUE, CONFIRM_VAR, DISABLE_VAR
 
 STREAM: Final = "leaseworker-chaos"
 BASE_WORKERS: Final = 3
+# scale_out adds workers only up to this many live ones: a 300 s run drew 8 scale-outs and 3
+# scale-ins, and 14 workers on 2 cores starved everything (rolling restarts of 14, and timings
+# that measured the machine instead of the protocol).
+MAX_WORKERS: Final = 6
 CONNECT_ALLOWANCE_S: Final = 1.5  # as tests/system/test_failover.py: connect + subscribe under load
 TAKEOVER_STEP_S: Final = 0.5  # leaseworker.worker.peers.TAKEOVER_STEP_SECONDS
 DEFAULT_FEED_RATE: Final = 4.0  # messages per second per connection
@@ -91,6 +95,15 @@ class ChaosRun:
         return sorted(
             name for name, w in self.fleet.workers.items() if w.process.alive() and name not in self.doomed
         )
+
+    def doom(self, worker: str) -> None:
+        """`worker` is expected to exit (fenced): no other nemesis may pick it, and the fleet is
+        restored without it (a rolling restart's SIGTERM would make it exit 0 instead of 3)."""
+        self.doomed.add(worker)
+
+    def room(self) -> int:
+        """How many workers scale_out may still add."""
+        return max(0, MAX_WORKERS - len(self.alive()))
 
     def proxied(self) -> str | None:
         return self._proxied if self._proxied in self.alive() else None
@@ -206,9 +219,11 @@ def _execute(chaos: ChaosRun) -> Verdict:
             _sleep_until(t0 + spec.at)
             nemesis = build(spec)
             chaos.say(f"{spec.kind} start {json.dumps(spec.params)} (duration {spec.duration:g} s)")
-            begin = _now_ms()
+            begin, started = _now_ms(), time.monotonic()
             nemesis.start(chaos)
-            _sleep_until(t0 + spec.at + spec.duration)
+            # From when it really started: a run behind its schedule (a long rolling restart)
+            # must still pause or partition for the whole duration (seen: a SIGSTOP woken at once).
+            _sleep_until(started + spec.duration)
             nemesis.stop(chaos)
             windows.append((spec.kind, begin, _now_ms() + int((spec.recovery + SETTLE_S) * 1000)))
             counts[spec.kind] = counts.get(spec.kind, 0) + 1
