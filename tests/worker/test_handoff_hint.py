@@ -82,3 +82,31 @@ async def test_a_full_worker_claims_a_handoff_hint_only(
                         await asyncio.sleep(3.0)
                         assert run.worker.owned == ["c0", "c1", "c2"]
                         assert "h" not in run.worker.claiming
+
+
+async def test_a_leaving_worker_leaves_no_poll_behind_to_swallow_hints(
+    ddb: DynamoDBClient, table: str, settings: Settings, moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long poll cancelled by a worker's exit goes on waiting in the queue's server and takes
+    the next hints, which then stay invisible for the visibility timeout: in a scale-in the
+    first leaver's abandoned poll took the second leaver's hints (a 1.88 s handoff). A leaving
+    worker now lets its last poll end and passes on what it brings. Reconcile is 60 s here, so
+    only a hint can explain the peer's claims. The hints come faster than the share refresh
+    (SHARE_REFRESH_SECONDS): each must still be judged by a view newer than itself (without
+    that, the lone worker claimed 2 of the 4)."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", moto_endpoint)
+    session = aioboto3.Session()
+    async with session.client("sqs", endpoint_url=moto_endpoint, region_name="us-east-1") as sqs:
+        queue_url = (await sqs.create_queue(QueueName=f"drain-{table}"))["QueueUrl"]
+        slow = replace(settings, reconcile_seconds=60.0, notify_queue_url=queue_url, sink="null")
+        admin = LeaseTableAdmin(ddb, table)
+        ids = [f"c{i}" for i in range(4)]
+        async with FeedServer() as feed, running(replace(slow, worker_id="stays")) as stays:
+            async with running(replace(slow, worker_id="leaves")):
+                await eventually(lambda: "leaves" in stays.worker.peers, 10, "the peer seeing the leaver")
+                await asyncio.sleep(1.0)  # both workers long-polling
+            # `leaves` has exited. Now connections appear, each with its hint.
+            for cid in ids:
+                await admin.add(cid, feed.url_for(cid))
+                await Notifier(sqs, queue_url).connection_changed(cid)
+            await eventually(lambda: set(stays.worker.owned) == set(ids), 4, "every connection claimed")

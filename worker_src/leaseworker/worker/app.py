@@ -90,6 +90,7 @@ class Worker:
         self._fenced: Fenced | None = None
         self._leaving = False
         self._group: asyncio.TaskGroup | None = None
+        self._hints_task: asyncio.Task[None] | None = None
         self._settler = Settler(
             ownership,
             deps,
@@ -180,9 +181,10 @@ class Worker:
                 ]
                 if self._settings.lease_mode == "connection":
                     loops.append(self._keeper.run(self._loops_done))
-                if self._notifications is not None:
-                    loops.append(self._hints.run(self._notifications))
                 tasks = [group.create_task(loop) for loop in loops]
+                if self._notifications is not None:
+                    self._hints_task = group.create_task(self._hints.run(self._notifications))
+                    tasks.append(self._hints_task)
                 await wait_any(None, stop, self._fenced_event)
                 await self._shutdown()
                 # Nothing is held any more: the loops have nothing left to do, so they need not finish.
@@ -240,6 +242,7 @@ class Worker:
             for owned in list(registry.owned.values()):
                 if owned.task is not None:
                     owned.task.cancel()
+        await self._drain_hints(budget - (time.monotonic() - started))
         await self._leave()
         self._loops_done.set()
         self._metrics.set_gauge(MetricName.ActiveConnections, len(registry))
@@ -314,6 +317,16 @@ class Worker:
                 await self._coordination.sessions.withdraw(self._settings.worker_id)
         except (StoreError, TimeoutError) as error:
             logger.warning("could not withdraw our session", extra={"error": str(error)})
+
+    async def _drain_hints(self, within: float) -> None:
+        """Let the hint loop's last long poll end by itself (it stops polling once we stop
+        acquiring) and pass on what it brings. Every poller of the shared queue is a candidate
+        for our own releases' hints; cancelled mid-poll, the hints it had received were lost to
+        the queue's visibility timeout, and those connections waited for a reconcile (seen by
+        the fault suite: a scale-in handoff of 1.88 s against L2's 1.5 s)."""
+        if self._hints_task is None or within <= 0:
+            return
+        await asyncio.wait([self._hints_task], timeout=within)
 
     async def _leave(self) -> None:
         """Last: fence our own session as a confirmed (clean) exit, so that peers can claim at
