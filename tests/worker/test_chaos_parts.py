@@ -5,6 +5,10 @@ injected errors are real DynamoDB errors to botocore."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import aioboto3
@@ -13,13 +17,16 @@ from aiobotocore.config import AioConfig
 from botocore.exceptions import ClientError
 
 from leaseworker import unsafe
+from leaseworker.chaos.observe import rss_kib, tree_rss_kib
 from leaseworker.chaos.schedule import ALL_KINDS, make_schedule
 from leaseworker.chaos.throttle_proxy import FaultProxyThread, Faults
 from leaseworker.chaos.verdict import Evidence, judge, stale_count
 from leaseworker.lease import store
 from leaseworker.lease.liveness import session_deadline
+from leaseworker.local.fleet import poll_until
 from leaseworker.local.invariants import Delivered
 from leaseworker.settings import Settings, SettingsError, load_settings
+from leaseworker.supervisor.process import child_pids
 
 
 def test_one_seed_replays_one_schedule() -> None:
@@ -127,3 +134,22 @@ def test_verdict_counts_stale_arrivals_and_names_s1() -> None:
     verdict = judge(evidence)
     assert verdict.failed() == ["S1 one deliverer"]
     assert verdict.counts["stale"] == 1
+
+
+def test_a_workers_memory_is_its_supervisor_and_its_child() -> None:
+    # A parent that allocates little and a child that holds ~40 MB: the sampled worker is both.
+    child = "b = bytearray(40 * 1024 * 1024); import time; time.sleep(30)"
+    parent = (
+        f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(30)"
+    )
+    process = subprocess.Popen([sys.executable, "-c", parent])
+    try:
+        assert poll_until(lambda: len(child_pids(process.pid)) == 1, 10)
+        assert poll_until(lambda: (tree_rss_kib(process.pid) or 0) > 40 * 1024, 10)
+        own = rss_kib(process.pid) or 0
+        assert own < 40 * 1024 < (tree_rss_kib(process.pid) or 0)
+    finally:
+        for pid in child_pids(process.pid):
+            os.kill(pid, signal.SIGKILL)
+        process.kill()
+        process.wait()
