@@ -165,22 +165,15 @@ class Acquirer:
             if owned is not None:
                 owned.session.request_release("desired_state STOPPED")
 
-    async def has_room(self, *, fresh_since: float | None = None, wait_for_claims: float = 0.0) -> bool:
+    async def has_room(self, *, wait_for_claims: float = 0.0) -> bool:
         """Room to claim one more now. When full, look at the fleet again first (at most every
-        SHARE_REFRESH_SECONDS): a peer may just have left, and our share grown with it. With
-        `fresh_since` (monotonic: when a hint announcing a change arrived) the view must be newer
-        than that: hints for connections added one after another arrive faster than
-        SHARE_REFRESH_SECONDS, and a view older than the hint cannot count what it announces
-        (seen: a lone worker claimed 2 of 4 hinted connections and passed the rest on to itself).
-        A full worker whose claims in flight hold the room waits up to `wait_for_claims` seconds
-        for them to settle (most claims of a dead peer's connections by a hint fail at once)."""
+        SHARE_REFRESH_SECONDS): a peer may just have left, and our share grown with it. A full
+        worker whose claims in flight hold the room waits up to `wait_for_claims` seconds for
+        them to settle (most claims of a dead peer's connections by a hint fail at once)."""
         deadline = time.monotonic() + wait_for_claims
         while True:
-            since = time.monotonic() - SHARE_REFRESH_SECONDS
-            if fresh_since is not None:
-                since = max(since, fresh_since)
-            if self.capacity() <= 0 and self.viewed_at < since:
-                await self.refresh_share_since(since)
+            if self.capacity() <= 0 and time.monotonic() - self.viewed_at > SHARE_REFRESH_SECONDS:
+                await self.refresh_share_since(time.monotonic() - SHARE_REFRESH_SECONDS)
             if self.capacity() > 0:
                 return True
             remaining = deadline - time.monotonic()

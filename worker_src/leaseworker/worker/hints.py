@@ -99,7 +99,6 @@ class Hints:
             self._slots.release()
 
     async def on_changed(self, hint: Hint) -> None:
-        received = time.monotonic()
         connection_id = hint.connection_id
         owned = self._registry.owned.get(connection_id)
         if owned is None:
@@ -109,8 +108,7 @@ class Hints:
             if hint.handoff and self._acquirer.capacity(over_share=True) > 0:
                 await self._acquirer.claim(connection_id, over_share=True)
                 return
-            room = await self._acquirer.has_room(fresh_since=received)
-            if not room and not await self._room_after_listing():
+            if not await self._acquirer.has_room() and not await self._room_after_listing():
                 # Full by a fresh listing too, which may still count a peer the supervisor has
                 # just fenced (its hints are how we hear of the death first): if the holder is
                 # fenced, our share has grown and its connections are being taken over; else the
