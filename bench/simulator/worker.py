@@ -192,7 +192,12 @@ class SimWorker:
         """The newest connections, each handed back gracefully: final checkpoint with the release."""
         newest = sorted(self.held.values(), key=lambda h: h.acquired_at, reverse=True)[:count]
         for held in newest:
-            await self._release(held.lease.connection_id)
+            self.held.pop(held.lease.connection_id)
+            held.lease.state = LeaseState.RELEASING
+        if newest:
+            await self.beat()  # heartbeat.py `publish_load`: our load without them, first
+        for held in newest:
+            await self.ownership.release(held.lease, self._delivered(held))
             self.releases += 1
 
     async def _release(self, cid: str) -> None:

@@ -91,12 +91,23 @@ class Worker:
         self._leaving = False
         self._group: asyncio.TaskGroup | None = None
         self._hints_task: asyncio.Task[None] | None = None
+        self._heartbeat = SessionHeartbeat(
+            sessions=coordination.sessions,
+            registry=self._registry,
+            validity=coordination.validity,
+            settings=self._settings,
+            tracing=self._tracing,
+            on_fenced=self._on_fenced,
+            on_beat=on_heartbeat,
+            task_arn=task_arn,
+        )
         self._settler = Settler(
             ownership,
             deps,
             notifier,
             fenced=lambda: self._fenced is not None or coordination.validity.fenced,
             leaving=self._stop_acquiring.is_set,
+            publish_load=self._heartbeat.publish_load,
         )
         parts = (ownership, self._registry, self._settings, self._metrics, self._tracing)
         self._acquirer = Acquirer(
@@ -108,16 +119,6 @@ class Worker:
         )
         self._keeper = LeaseKeeper(*parts)
         self._checkpointer = Checkpointer(*parts)
-        self._heartbeat = SessionHeartbeat(
-            sessions=coordination.sessions,
-            registry=self._registry,
-            validity=coordination.validity,
-            settings=self._settings,
-            tracing=self._tracing,
-            on_fenced=self._on_fenced,
-            on_beat=on_heartbeat,
-            task_arn=task_arn,
-        )
         relay = HintRelay(notifier)
         self._peers = PeerWatch(
             sessions=coordination.sessions,

@@ -9,11 +9,19 @@ drops everything at once (`on_fenced`) and stops.
 Each attempt is bounded by 1.5 heartbeats and, in session mode, by the session's remaining
 validity (a heartbeat that lands later could extend nothing we may rely on). After a pause the
 schedule restarts from now instead of firing a burst.
+
+The published load counts the leases we mean to keep, not those being handed back. A graceful
+release outside shutdown (a rebalance, an operator's stop) publishes it first (`publish_load`):
+otherwise a peer's view taken between the release and our next heartbeat counts the connection
+twice, once in our stale load and once as free, claims it above its real share, and sheds it
+again (a rebalance that bounced one connection for seconds; found by the soak's churn check).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import time
 from collections.abc import Callable
 
@@ -30,6 +38,7 @@ from leaseworker.worker.waits import wait_any
 logger = get_logger(__name__)
 
 ATTEMPT_HEARTBEATS = 1.5
+PUBLISH_WAIT_SECONDS = 0.5  # a release waits at most this long for its load to be published
 
 
 class SessionHeartbeat:
@@ -55,6 +64,9 @@ class SessionHeartbeat:
         self._task_arn = task_arn
         self.withdrawing = False  # set at shutdown: capacity 0, peers stop counting us
         self.beats = 0
+        self._beating = asyncio.Lock()  # one beat at a time: the periodic one or a publish
+        self._publish: asyncio.Task[None] | None = None
+        self._publish_asked = -math.inf  # monotonic: when the current publish task was started
 
     async def run(self, done: asyncio.Event) -> None:
         period = self._settings.heartbeat_seconds
@@ -67,8 +79,32 @@ class SessionHeartbeat:
             with survive("heartbeat"):
                 await self.beat()
 
+    async def publish_load(self, since: float) -> None:
+        """Publish our load now, by a heartbeat begun at or after `since` (monotonic): many
+        releases at once share one. Waits at most PUBLISH_WAIT_SECONDS; a publish that fails
+        only leaves peers with the stale load until the next heartbeat."""
+        if self._validity.fenced:
+            return
+        if self._publish is None or self._publish_asked < since:
+            self._publish_asked = time.monotonic()
+            self._publish = asyncio.create_task(self._published_beat(), name="heartbeat:publish")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._publish), PUBLISH_WAIT_SECONDS)
+
+    async def _published_beat(self) -> None:
+        with survive("heartbeat"):
+            await self.beat()
+
+    def load(self) -> int:
+        """The leases we mean to keep: not those being handed back, nor lapsed ones."""
+        return len(self._registry.held())
+
     async def beat(self) -> bool:
         """One heartbeat; True when it succeeded."""
+        async with self._beating:
+            return await self._beat()
+
+    async def _beat(self) -> bool:
         settings = self._settings
         sent_at = time.monotonic()
         timeout = ATTEMPT_HEARTBEATS * settings.heartbeat_seconds
@@ -77,10 +113,11 @@ class SessionHeartbeat:
             if timeout <= 0:
                 timeout = ATTEMPT_HEARTBEATS * settings.heartbeat_seconds  # lapsed: try to recover
         try:
-            with self._tracing.span("session.heartbeat", load=len(self._registry)):
+            load = self.load()
+            with self._tracing.span("session.heartbeat", load=load):
                 result = await self._sessions.heartbeat(
                     settings.worker_id,
-                    load=len(self._registry),
+                    load=load,
                     capacity=settings.max_connections,
                     lease_mode=settings.lease_mode,
                     task_arn=self._task_arn,

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.model import DEADLINE_PASSED, Lease
@@ -40,6 +41,7 @@ class Settler:
         *,
         fenced: Callable[[], bool],
         leaving: Callable[[], bool],
+        publish_load: Callable[[float], Awaitable[None]],
     ) -> None:
         self._ownership = ownership
         self._settings = deps.settings
@@ -48,6 +50,7 @@ class Settler:
         self._notifier = notifier
         self._fenced = fenced
         self._leaving = leaving  # shutting down: our releases are handoffs (notify.py)
+        self._publish_load = publish_load  # heartbeat.py: our load without this one, first
 
     async def settle(self, session: ConnectionSession, result: SessionResult) -> None:
         lease = session.lease
@@ -59,6 +62,10 @@ class Settler:
             if lapsed(lease, self._settings.lease_mode):
                 await self._hand_back_lapsed(session)
             return
+        if result.outcome is Outcome.RELEASE and not self._leaving():
+            # A rebalance or an operator's stop: peers must not see it free while our published
+            # load still counts it (leaving, we are already withdrawn from their views).
+            await self._publish_load(time.monotonic())
         for delay in (*RELEASE_RETRY_DELAYS, None):
             try:
                 if result.outcome is Outcome.FAILED:
