@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 
 from leaseworker import unsafe
 from leaseworker.chaos.observe import rss_kib, tree_rss_kib
+from leaseworker.chaos.runner import JOIN_SETTLE_S, join_windows
 from leaseworker.chaos.schedule import ALL_KINDS, make_schedule
 from leaseworker.chaos.throttle_proxy import FaultProxyThread, Faults
 from leaseworker.chaos.verdict import Evidence, judge, stale_count
@@ -153,3 +154,23 @@ def test_a_workers_memory_is_its_supervisor_and_its_child() -> None:
             os.kill(pid, signal.SIGKILL)
         process.kill()
         process.wait()
+
+
+def test_moves_onto_a_joining_worker_are_its_rebalance_not_churn() -> None:
+    """A worker started mid-run (a replacement after a fault, a scale-out) is a fleet change:
+    the moves within JOIN_SETTLE_S of its start are attributed to it; later ones are churn."""
+    join = 1_000_000
+
+    def subscribe(t_ms: int, epoch: int) -> dict[str, object]:
+        return {"event": "subscribe", "connection_id": "c", "epoch": epoch, "t_ms": t_ms}
+
+    events = [
+        subscribe(join - 60_000, 1),
+        subscribe(join + int(JOIN_SETTLE_S * 1000) - 1, 2),  # its rebalance, just inside
+        subscribe(join + int(JOIN_SETTLE_S * 1000) + 1, 3),  # after it: churn
+    ]
+    evidence = Evidence(1, "session", [], [], events, [], {}, join_windows([join]), set(), {}, 5.0, 1.5, 3.0)
+    churn = next(row for row in judge(evidence).rows if row.name == "no churn without fault")
+    assert not churn.ok
+    late = join + int(JOIN_SETTLE_S * 1000) + 1
+    assert churn.detail == [f"c moved at {late} ms outside every fault window"]

@@ -46,6 +46,16 @@ DEFAULT_FEED_RATE: Final = 4.0  # messages per second per connection
 L2_BOUND_S: Final = 1.5  # "about one second" (DESIGN.md §2c)
 RESTORE_AFTER_S: Final = 1.0  # after a nemesis stops, before replacing lost workers
 SETTLE_S: Final = 8.0  # after a fault window, moves are still attributed to it (rebalancing)
+# A worker that joins (a replacement after a fault, a scale-out, a rolling restart's successor)
+# is a fleet change: the moves that rebalance onto it are its effect, not churn. They end within
+# its boot (up to 4 s on 2 busy cores), one heartbeat to be listed, and the shedders' halving
+# rounds, each one reconcile (x1.2 jitter) and one more for two views to agree: log2(12) + 2 = 6
+# rounds for the soak's largest excess (24 connections, 2 -> 3 workers), plus 2 for a claimer that
+# took one above its share and sheds it again. At the fast timings (H = R = 1 s):
+# 4 + 1 + 8 x 1.2 = 14.6 s; the window adds a fifth for a loaded machine. Seen: moves up to 11.9 s
+# after the joiner's first log line in the 30-minute soak of 2026-12-04, whose windows then
+# (fault end + SETTLE_S) closed before the rebalance and counted it as churn.
+JOIN_SETTLE_S: Final = 18.0
 # A worker with an expected exit (a woken SIGSTOP learns of its fence at its next heartbeat; a
 # SIGTERM shuts down within its grace) may still be on its way out when the schedule ends: a
 # start-up that ran long on the shared cores stretches a rolling restart past the last recovery.
@@ -82,6 +92,7 @@ class ChaosRun:
     _proxied: str | None = None
     _counter: int = 0
     started: float = field(default_factory=time.monotonic)
+    joins_ms: list[int] = field(default_factory=list)  # wall ms of each worker started mid-run
 
     # ------------------------------------------------------------------ the Chaos protocol
 
@@ -130,6 +141,7 @@ class ChaosRun:
         if self.config.unsafe:
             env.update({DISABLE_VAR: self.config.unsafe, CONFIRM_VAR: CONFIRM_VALUE})
         self.fleet.start_worker(name, extra_env=env)
+        self.joins_ms.append(_now_ms())
         self.say(f"started {name}{' (behind the DynamoDB proxy)' if proxied else ''}")
         return name
 
@@ -157,6 +169,11 @@ class ChaosRun:
             need_proxy = False
         if need_proxy:
             self.start_worker(proxied=True)
+
+
+def join_windows(joins_ms: list[int]) -> list[tuple[str, int, int]]:
+    """The moves a joining worker causes, attributed to it (JOIN_SETTLE_S)."""
+    return [("join", t, t + int(JOIN_SETTLE_S * 1000)) for t in joins_ms]
 
 
 def run(config: RunConfig) -> Verdict:
@@ -213,6 +230,7 @@ def _execute(chaos: ChaosRun) -> Verdict:
     counts: dict[str, int] = {}
     chaos.started = t0 = time.monotonic()
     windows.append(("warmup", _now_ms() - 60_000, _now_ms() + 4000))
+    chaos.joins_ms.clear()  # the initial fleet's rebalancing is the warmup's
     recovered_by = t0
     try:
         for spec in schedule.nemeses:
@@ -253,7 +271,7 @@ def _execute(chaos: ChaosRun) -> Verdict:
         events=read_events(fleet.feed_log),
         measures=chaos.measures,
         exits=exits,
-        windows=windows,
+        windows=windows + join_windows(chaos.joins_ms),
         bad_connections=set(chaos.bad),
         nemeses=counts,
         l1_bound_s=takeover_bound_s(mode, config.timings, TAKEOVER_STEP_S, CONNECT_ALLOWANCE_S),
