@@ -252,12 +252,15 @@ NOT_DONE = [
     "so 3 workers hold 7,602 of 10,000; connection mode at 5 s heartbeats needs 2,000 renewals/s "
     "for 10,000 connections, beyond DynamoDB Local's ~600/s, and never converges. Claims run at "
     "about 22 % of 600/s: 16 claims in flight per worker at ~0.35 s each, plus fair-share rounds.",
-    "- Simulator: after 10 workers join, no design balances within its limit (max load 1,121-1,167 "
-    "against a fair share of 1,000): a worker sheds at most half its excess per round, only when "
-    "two views agree and none shows free connections, and a hand-back makes free connections that "
-    "the reconcile's over-share rule lets full workers take back. Listing reads grow with the "
-    "fleet: 10.4 RRU/s per worker at 100 workers (every worker reads every session item each "
-    "heartbeat), 1,040 RRU/s for the fleet. Not fixed here.",
+    "- Simulator: after 10 workers join, no design balances within its limit (max load 1,121-1,148 "
+    "against a fair share of 1,000; 1,121-1,167 before a shedder published its load ahead of its "
+    "releases, 2026-12-04): a worker sheds at most half its excess per round, only when two views "
+    "agree and none shows free connections, and a hand-back makes free connections that the "
+    "reconcile's over-share rule lets full workers take back. A view still pairs a fresh count of "
+    "free connections with the last heartbeat's listing, so a release between the two is counted "
+    "twice; counting first and listing after in one round would close that at no extra reads "
+    "when H = R (not done). Listing reads grow with the fleet: 10.4 RRU/s per worker at 100 "
+    "workers (every worker reads every session item each heartbeat), 1,040 RRU/s for the fleet.",
 ]
 
 
