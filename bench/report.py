@@ -232,9 +232,12 @@ NOTES = [
     "two peers rounds (heartbeats) later, beyond L + H. Part of the tail is an artefact of scaling: "
     "the rendezvous step `TAKEOVER_STEP_SECONDS = 0.25` (worker/peers.py) does not scale with the "
     "timings, so each rank's delay reads as 0.25 / scale s real (1 s at x0.25).",
-    "- Tails beyond one period (seed P1 above L + R, P2 above R; connection and session P2 in the "
-    "tens of seconds) are connections claimed in a later round than the first: not yet profiled; "
-    "the likely cause is the fair-share cap on how many connections a worker claims per round.",
+    "- P2 tails: the quick run of 2026-12-03 had connection and session P2 at 13-15 s p99 (a "
+    "handoff's last connections waited for a reconcile: every survivor counted itself full by "
+    'lagging published loads). Since handoff hints (`"reason":"handoff"`, claimed above '
+    "the fair share), the drained last long poll and the load published before a rebalance "
+    "release, both are about 1 s at p99 (this run). The seed's tails (P1 above L + R, P2 near R) "
+    "are its 60 s reconcile without hints.",
     "- Scaled runs on a 2-core machine shared with DynamoDB Local, the feed and 4 workers: any "
     "scheduling delay is multiplied by 1/scale when converted to real seconds.",
 ]
