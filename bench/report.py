@@ -243,18 +243,19 @@ NOTES = [
 ]
 
 NOT_DONE = [
-    "- P5's full table was measured (2026-12-04) before the last hot-path change (no timer per "
-    "write for sinks that never suspend), which alone raised msgs per worker CPU-second by 40-75 % "
-    "(1,000 x 10/s: null 13,152 -> 18,069, file 10,837 -> 15,760; sparse 5,000 x 1/s null "
-    "7,531 -> 13,230): a rerun of `--parts p5` will show it.",
-    "- P5's 10,000 step holds about 6,100-6,300 connections: past about 6,000 the worker's event "
-    "loop lags (its DynamoDB calls miss their 5 s deadline, 1 s metric flushes come 3.3 s apart); "
-    "the feed never used half a core. Sparse traffic (one frame per socket read) stays below "
-    "20,000 msgs/s per core: websockets' frame parsing, asyncio's read path and task wake-ups.",
+    "- P5 (full run of 2026-12-04 18:00, after the hot-path change: no timer per write for sinks "
+    "that never suspend): one process now holds all 10,000 connections (6,066-6,287 in the "
+    "morning's run) at 25.7 KB marginal. Sparse traffic (one frame per socket read) stays "
+    "below 20,000 msgs/s per core (16,981 file, 19,171 null at 5,000 x 1/s; 7,354-7,531 "
+    "before): websockets' frame parsing, asyncio's read path and a task wake-up per frame. At "
+    "10,000 x 1/s the worker uses its whole core (0.84-0.98) and delivers 92-93 % of the "
+    "offered load, on 2 cores shared with the feed and DynamoDB Local.",
     "- P6: session mode caps MAX_CONNECTIONS at 2,534 per worker (the checkpoint item's 400 KB), "
-    "so 3 workers hold 7,602 of 10,000; connection mode at 5 s heartbeats needs 2,000 renewals/s "
-    "for 10,000 connections, beyond DynamoDB Local's ~600/s, and never converges. Claims run at "
-    "about 22 % of 600/s: 16 claims in flight per worker at ~0.35 s each, plus fair-share rounds.",
+    "so 3 workers hold 7,602 of 10,000. Claims run at 36-41 % of DynamoDB Local's 600/s in "
+    "session mode and 17 % in connection mode, where the renewals of the connections already "
+    "owned share the same ~600 writes/s (not separated here); connection mode now converges "
+    "(101 s; it did not in the morning's run). The rest is ours: 16 claims "
+    "in flight per worker and fair-share rounds.",
     "- Simulator: after 10 workers join, no design balances within its limit (max load 1,121-1,148 "
     "against a fair share of 1,000; 1,121-1,167 before a shedder published its load ahead of its "
     "releases, 2026-12-04): a worker sheds at most half its excess per round, only when two views "
