@@ -191,18 +191,23 @@ class SimWorker:
     async def _shed(self, count: int) -> None:
         """The newest connections, each handed back gracefully: final checkpoint with the release."""
         newest = sorted(self.held.values(), key=lambda h: h.acquired_at, reverse=True)[:count]
-        for held in newest:
-            self.held.pop(held.lease.connection_id)
-            held.lease.state = LeaseState.RELEASING
-        if newest:
+        leaving = [self._let_go(held.lease.connection_id) for held in newest]
+        if leaving:
             await self.beat()  # heartbeat.py `publish_load`: our load without them, first
-        for held in newest:
-            await self.ownership.release(held.lease, self._delivered(held))
+        for held in leaving:
+            await self._hand_back(held)
             self.releases += 1
 
     async def _release(self, cid: str) -> None:
+        await self._hand_back(self._let_go(cid))
+
+    def _let_go(self, cid: str) -> Held:
+        """No longer our load: the heartbeat stops counting it (registry.held() in worker/)."""
         held = self.held.pop(cid)
         held.lease.state = LeaseState.RELEASING
+        return held
+
+    async def _hand_back(self, held: Held) -> None:
         await self.ownership.release(held.lease, self._delivered(held))
 
     async def claim(
