@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import time
 from collections.abc import Callable
 
@@ -66,7 +65,7 @@ class SessionHeartbeat:
         self.beats = 0
         self._beating = asyncio.Lock()  # one beat at a time: the periodic one or a publish
         self._publish: asyncio.Task[None] | None = None
-        self._publish_asked = -math.inf  # monotonic: when the current publish task was started
+        self._publish_began = False  # the publish task has read our load (too early to share)
 
     async def run(self, done: asyncio.Event) -> None:
         period = self._settings.heartbeat_seconds
@@ -79,21 +78,23 @@ class SessionHeartbeat:
             with survive("heartbeat"):
                 await self.beat()
 
-    async def publish_load(self, since: float) -> None:
-        """Publish our load now, by a heartbeat begun at or after `since` (monotonic): many
-        releases at once share one. Waits at most PUBLISH_WAIT_SECONDS; a publish that fails
-        only leaves peers with the stale load until the next heartbeat."""
+    async def publish_load(self) -> None:
+        """Publish our load now, by a heartbeat that reads it after this call: the releases of
+        one round share a publish that has not read it yet. Waits at most PUBLISH_WAIT_SECONDS;
+        a publish that fails only leaves peers with the stale load until the next heartbeat."""
         if self._validity.fenced:
             return
-        if self._publish is None or self._publish_asked < since:
-            self._publish_asked = time.monotonic()
+        if self._publish is None or self._publish_began:
+            self._publish_began = False
             self._publish = asyncio.create_task(self._published_beat(), name="heartbeat:publish")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._publish), PUBLISH_WAIT_SECONDS)
 
     async def _published_beat(self) -> None:
-        with survive("heartbeat"):
-            await self.beat()
+        async with self._beating:
+            self._publish_began = True  # _beat reads the load before its first await
+            with survive("heartbeat"):
+                await self._beat()
 
     def load(self) -> int:
         """The leases we mean to keep: not those being handed back, nor lapsed ones."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable
 
 from leaseworker.lease.errors import StoreError
@@ -41,7 +40,7 @@ class Settler:
         *,
         fenced: Callable[[], bool],
         leaving: Callable[[], bool],
-        publish_load: Callable[[float], Awaitable[None]],
+        publish_load: Callable[[], Awaitable[None]],
     ) -> None:
         self._ownership = ownership
         self._settings = deps.settings
@@ -65,7 +64,7 @@ class Settler:
         if result.outcome is Outcome.RELEASE and not self._leaving():
             # A rebalance or an operator's stop: peers must not see it free while our published
             # load still counts it (leaving, we are already withdrawn from their views).
-            await self._publish_load(time.monotonic())
+            await self._publish_load()
         for delay in (*RELEASE_RETRY_DELAYS, None):
             try:
                 if result.outcome is Outcome.FAILED:
