@@ -152,14 +152,15 @@ class SimWorker:
         if capacity <= 0 and free_rounds >= 1 and self._free > 0:
             part = math.ceil(self._free / (self._live_peers + 1))
             capacity, over_share = min(part, self.capacity(over_share=True)), True
-        if capacity <= 0:
-            return
-        candidates = [c for c in await self.ownership.find_claimable(capacity * 2) if not self.busy(c)]
-        self.rng.shuffle(candidates)
-        if over_share:
-            candidates = candidates[:capacity]
-        for cid in candidates:
-            await self.claim(cid, over_share=over_share)
+        while capacity > 0 and not self.fenced:  # batches until full or one wins nothing
+            candidates = [c for c in await self.ownership.find_claimable(capacity * 2) if not self.busy(c)]
+            self.rng.shuffle(candidates)
+            if over_share:
+                candidates = candidates[:capacity]
+            won = [isinstance(await self.claim(cid, over_share=over_share), Acquired) for cid in candidates]
+            if not any(won) or over_share:
+                return
+            capacity = self.capacity()
 
     async def refresh_share(self) -> None:
         free = await self.leases.count_free() + self.peers.orphaned

@@ -2,7 +2,8 @@
 
 Every RECONCILE_SECONDS (± RECONCILE_JITTER, so that peers started together drift apart) the
 acquirer refreshes this worker's fair share from the fleet view, hands back connections above it,
-then claims free connections, at most CLAIM_CONCURRENCY at once, each in a TaskGroup.
+then claims free connections, at most CLAIM_CONCURRENCY at once, in batches until it is full or
+a batch wins nothing.
 
 A claim is refused for an id already owned or being claimed. A claim whose reply was lost
 (`AcquireUncertain`: DynamoDB may have applied it) is resolved by a read: if our write landed we
@@ -96,14 +97,22 @@ class Acquirer:
         if capacity <= 0 and free_rounds >= 1 and self._free > 0:
             part = math.ceil(self._free / (self._live_peers + 1))
             capacity, over_share = min(part, self.capacity(over_share=True)), True
-        if capacity <= 0:
-            return
+        # Claim in batches until full or a batch wins nothing: one query's candidates are shared
+        # with the peers reconciling at once, and waiting a whole period for the next batch left
+        # a cold start idle for seconds at a time (P6 in docs/benchmarks.md).
+        while capacity > 0 and not self._stop.is_set():
+            if not await self._claim_batch(capacity, over_share=over_share) or over_share:
+                return
+            capacity = self.capacity()
+
+    async def _claim_batch(self, capacity: int, *, over_share: bool) -> int:
+        """Claim up to `capacity` of the free connections; how many were acquired."""
         try:
             candidates = await self._ownership.find_claimable(capacity * 2)
         except StoreError as error:
             self._metrics.count(MetricName.LeaseAcquireFailures)
             logger.warning("reconcile query failed", extra={"error": str(error)})
-            return
+            return 0
         candidates = [cid for cid in candidates if not self._registry.busy(cid)]
         if candidates:
             self._metrics.count(MetricName.OrphansSeen, len(candidates))
@@ -111,8 +120,8 @@ class Acquirer:
         if over_share:
             candidates = candidates[:capacity]
         async with asyncio.TaskGroup() as group:
-            for cid in candidates:
-                group.create_task(self.claim(cid, over_share=over_share))
+            claims = [group.create_task(self.claim(cid, over_share=over_share)) for cid in candidates]
+        return sum(isinstance(claim.result(), Acquired) for claim in claims)
 
     async def refresh_share(self) -> None:
         """Recompute this worker's fair share; on a store error keep the previous one."""
