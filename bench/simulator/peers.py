@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING
 from leaseworker.lease.balance import PeerLoad
 from leaseworker.lease.checkpoint_store import resume_seq
 from leaseworker.lease.held_store import OwnedConnection
-from leaseworker.lease.liveness import CONFIRMED, SUSPECTED, Observer, PeerState, SessionInfo, live_worker_ids
+from leaseworker.lease.liveness import (
+    CONFIRMED,
+    SUSPECTED,
+    Observer,
+    PeerState,
+    SessionInfo,
+    Verdict,
+    live_worker_ids,
+)
 from leaseworker.lease.rendezvous import claim_delay, rank
 from leaseworker.lease.store import AcquireResult, now_ms
 from leaseworker.worker.acquirer import SHARE_REFRESH_SECONDS
@@ -64,6 +72,23 @@ class PeerWatch:
 
     async def round(self) -> None:
         w = self.worker
+        verdicts = await self.list_now()
+        for verdict in verdicts:
+            if verdict.worker_id == w.me:
+                continue
+            if verdict.state is PeerState.DEAD and await w.sessions.fence(
+                verdict.worker_id, seen_hb=verdict.hb, me=w.me, kind=SUSPECTED, reason="silent"
+            ):
+                self.fences += 1
+                await self._take_over(verdict.worker_id, SUSPECTED, now_ms())
+            elif verdict.worker_id in self.fenced:
+                session = self.fenced[verdict.worker_id]
+                kind = CONFIRMED if session.fence_kind == CONFIRMED else SUSPECTED
+                await self._take_over(verdict.worker_id, kind, session.fenced_at_ms)
+
+    async def list_now(self) -> list[Verdict]:
+        """worker/peers.py `_list`: list and judge, fence nothing."""
+        w = self.worker
         sessions = await w.sessions.list_sessions()
         verdicts = self.observer.observe(sessions, asyncio.get_running_loop().time())
         listed = {v.worker_id for v in verdicts}
@@ -79,18 +104,7 @@ class PeerWatch:
             and v.worker_id not in self.fenced
         )
         self.live = [x for x in live_worker_ids(verdicts) if x not in self.fenced]
-        for verdict in verdicts:
-            if verdict.worker_id == w.me:
-                continue
-            if verdict.state is PeerState.DEAD and await w.sessions.fence(
-                verdict.worker_id, seen_hb=verdict.hb, me=w.me, kind=SUSPECTED, reason="silent"
-            ):
-                self.fences += 1
-                await self._take_over(verdict.worker_id, SUSPECTED, now_ms())
-            elif verdict.worker_id in self.fenced:
-                session = self.fenced[verdict.worker_id]
-                kind = CONFIRMED if session.fence_kind == CONFIRMED else SUSPECTED
-                await self._take_over(verdict.worker_id, kind, session.fenced_at_ms)
+        return verdicts
 
     async def _take_over(self, dead: str, kind: str, fenced_at_ms: int | None) -> None:
         w = self.worker
@@ -105,7 +119,7 @@ class PeerWatch:
         claimable = [c for c in held if c.started and (confirmed or c.session_held)]
         if self._orphaned.get(dead) != len(claimable):
             self._orphaned[dead] = len(claimable)
-            await w.refresh_share()
+            await w.refresh_share(list_after_count=False)
         claimable = [
             c for c in claimable if not w.busy(c.connection_id) and c.connection_id not in self._scheduled
         ]

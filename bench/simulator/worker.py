@@ -22,7 +22,7 @@ from bench.simulator import bulk
 from bench.simulator.memory_dynamodb import MemoryDynamoDB, Meter
 from bench.simulator.memory_table import Database
 from bench.simulator.peers import PeerWatch
-from leaseworker.lease.balance import fair_share
+from leaseworker.lease.balance import fair_share, unowned_beyond_room
 from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.liveness import SessionValidity
@@ -32,7 +32,8 @@ from leaseworker.lease.session_leases import SessionLeases
 from leaseworker.lease.session_store import Fenced, SessionStore
 from leaseworker.lease.store import Acquired, AcquireResult, LeaseStore, Lost, Stopped, now_ms
 from leaseworker.settings import Settings
-from leaseworker.worker.acquirer import RECONCILE_JITTER
+from leaseworker.worker.acquirer import LEAST_CANDIDATES, RECONCILE_JITTER
+from leaseworker.worker.heartbeat import CLAIM_PUBLISH_SECONDS
 from leaseworker.worker.keeper import RENEW_ATTEMPT_HEARTBEATS
 
 
@@ -71,10 +72,12 @@ class SimWorker:
         self.viewed_at = -math.inf
         self._previous_shed = 0
         self._free = 0
+        self._unowned = 0
         self._live_peers = 0
         self._free_rounds = 0
         self._due: collections.deque[tuple[float, str]] = collections.deque()
         self._claimed = asyncio.Event()
+        self._after_claims: asyncio.Task[None] | None = None
         self.fenced = False
         self.claims = 0  # successful claims (free or from the dead)
         self.releases = 0  # graceful hand-backs (rebalancing)
@@ -86,6 +89,13 @@ class SimWorker:
         await self.beat()
         if not self.fenced:
             await self.peers.round()
+        try:
+            await self._loops()
+        finally:
+            if self._after_claims is not None:
+                self._after_claims.cancel()
+
+    async def _loops(self) -> None:
         async with asyncio.TaskGroup() as group:
             group.create_task(self._every(self.settings.heartbeat_seconds, self.beat))
             group.create_task(self._every(self.settings.heartbeat_seconds, self.peers.round))
@@ -148,12 +158,13 @@ class SimWorker:
         capacity = self.capacity()
         over_share = False
         free_rounds = self._free_rounds
-        self._free_rounds = free_rounds + 1 if self._free > 0 else 0
-        if capacity <= 0 and free_rounds >= 1 and self._free > 0:
-            part = math.ceil(self._free / (self._live_peers + 1))
+        self._free_rounds = free_rounds + 1 if self._unowned > 0 else 0
+        if capacity <= 0 and free_rounds >= 1 and self._unowned > 0:
+            part = math.ceil(self._unowned / (self._live_peers + 1))
             capacity, over_share = min(part, self.capacity(over_share=True)), True
         while capacity > 0 and not self.fenced:  # batches until full or one wins nothing
-            candidates = [c for c in await self.ownership.find_claimable(capacity * 2) if not self.busy(c)]
+            wanted = max(2 * capacity, LEAST_CANDIDATES)
+            candidates = [c for c in await self.ownership.find_claimable(wanted) if not self.busy(c)]
             self.rng.shuffle(candidates)
             if over_share:
                 candidates = candidates[:capacity]
@@ -162,21 +173,28 @@ class SimWorker:
                 return
             capacity = self.capacity()
 
-    async def refresh_share(self) -> None:
-        free = await self.leases.count_free() + self.peers.orphaned
+    async def refresh_share(self, *, list_after_count: bool = True) -> None:
+        free = await self.leases.count_free()
+        if free and list_after_count:  # worker/app.py `_fleet_view`: count, then list
+            await self.peers.list_now()
+        free += self.peers.orphaned
         self.viewed_at = asyncio.get_running_loop().time()
         peers = self.peers.loads
         self._free, self._live_peers = free, len(peers)
         owned = len(self.held)
+        to_own = owned + len(self.claiming) + sum(p.load for p in peers) + free
         share = fair_share(
             owned=owned,
             claiming=len(self.claiming),
             my_capacity=self.settings.max_connections,
             peer_capacities=[p.capacity for p in peers],
-            to_own=owned + len(self.claiming) + sum(p.load for p in peers) + free,
+            to_own=to_own,
         )
         self.target = share.target
-        shed = share.shed if free == 0 else 0
+        self._unowned = unowned_beyond_room(
+            free=free, peers=peers, my_capacity=self.settings.max_connections, to_own=to_own
+        )
+        shed = share.shed if self._unowned == 0 and self.peers.orphaned == 0 else 0
         if shed and self._previous_shed:
             await self._shed(min(shed, self._previous_shed))
         self._previous_shed = shed
@@ -191,7 +209,9 @@ class SimWorker:
 
     async def _shed(self, count: int) -> None:
         """The newest connections, each handed back gracefully: final checkpoint with the release."""
-        newest = sorted(self.held.values(), key=lambda h: h.acquired_at, reverse=True)[:count]
+        settled = asyncio.get_running_loop().time() - self.settings.heartbeat_seconds
+        older = [h for h in self.held.values() if h.acquired_at <= settled]  # none just claimed
+        newest = sorted(older, key=lambda h: h.acquired_at, reverse=True)[:count]
         leaving = [self._let_go(held.lease.connection_id) for held in newest]
         if leaving:
             await self.beat()  # heartbeat.py `publish_load`: our load without them, first
@@ -225,10 +245,17 @@ class SimWorker:
             now = asyncio.get_running_loop().time()
             self.held[cid] = Held(result.lease, now, result.lease.start_seq)
             self.claims += 1
+            if self._after_claims is None or self._after_claims.done():  # heartbeat.py `publish_soon`
+                self._after_claims = asyncio.get_running_loop().create_task(self._publish_after_claims())
             if self.settings.lease_mode == "connection":
                 self._due.append((now + self.settings.heartbeat_seconds, cid))
                 self._claimed.set()
         return result
+
+    async def _publish_after_claims(self) -> None:
+        await asyncio.sleep(CLAIM_PUBLISH_SECONDS)
+        if not self.fenced:
+            await self.beat()
 
     # ------------------------------------------------------------------ renewals (keeper.py)
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from leaseworker.lease.balance import Share, fair_share, water_level
+from leaseworker.lease.balance import PeerLoad, Share, fair_share, unowned_beyond_room, water_level
 from leaseworker.lease.model import (
     ConnectionItem,
     InvalidConnectionId,
@@ -167,3 +167,22 @@ def test_water_level_leaves_nothing_unowned_while_room_exists(seed: int) -> None
     assert sum(min(c, level) for c in caps) >= min(to_own, sum(caps))
     if 0 < to_own < sum(caps):  # the least such level: one lower would leave some unowned
         assert sum(min(c, level - 1) for c in caps) < to_own
+
+
+@pytest.mark.parametrize(
+    ("free", "peers", "cap", "to_own", "expected"),
+    [
+        (0, [(10, 100)], 100, 20, 0),  # nothing free
+        # A scale-out: the newcomer (load 0, level 10) has room for the shedders' releases.
+        (6, [(0, 100), (12, 100)], 100, 30, 0),
+        # A takeover where every survivor shows its share: the fleet lacks owners, not room.
+        (6, [(10, 100), (10, 100)], 100, 36, 6 - 2 - 2),
+        (5, [(3, 3)], 100, 10, 5),  # the peer is at its MAX_CONNECTIONS: no room there
+        (4, [(9, 100)], 100, 20, 3),  # one place left with the peer (level 10)
+    ],
+)
+def test_unowned_beyond_room(
+    free: int, peers: list[tuple[int, int]], cap: int, to_own: int, expected: int
+) -> None:
+    loads = [PeerLoad(f"p{i}", load, capacity) for i, (load, capacity) in enumerate(peers)]
+    assert unowned_beyond_room(free=free, peers=loads, my_capacity=cap, to_own=to_own) == expected

@@ -69,3 +69,34 @@ async def test_a_shed_connection_is_never_counted_twice(
                     await watcher
     assert len(sheds_seen) >= 2, "the shedder handed back fewer than two connections"
     assert not violations, violations[:5]
+
+
+async def test_a_newcomer_never_claims_above_its_share_while_the_shedder_hands_back(
+    ddb: DynamoDBClient, table: str, settings: Settings
+) -> None:
+    """The other side of the same window (worker/app.py `_fleet_view`): the newcomer's view
+    must not pair a fresh count of free connections with a listing from before the release,
+    which still holds the released connection as the shedder's load. With a heartbeat six times
+    the reconcile period, that stale pairing showed the newcomer a share of 3 of 4 connections:
+    it claimed a third and handed it back (a bounce)."""
+    tuned = replace(settings, lease_seconds=9.0, heartbeat_seconds=3.0, reconcile_seconds=0.5, sink="null")
+    admin = LeaseTableAdmin(ddb, table)
+    most = 0
+
+    async with FeedServer() as feed:
+        for cid in IDS:
+            await admin.add(cid, feed.url_for(cid))
+        async with running(replace(tuned, worker_id=SHEDDER)) as shedder:
+            await eventually(lambda: len(shedder.worker.owned) == len(IDS), 10, "the shedder owning all")
+            async with running(replace(tuned, worker_id="newcomer")) as newcomer:
+
+                def balanced() -> bool:
+                    nonlocal most
+                    most = max(most, len(newcomer.worker.owned) + len(newcomer.worker.claiming))
+                    return len(shedder.worker.owned) == 2 and len(newcomer.worker.owned) == 2
+
+                await eventually(balanced, 20, "two connections each")
+                for _ in range(30):  # and it stays so
+                    balanced()
+                    await asyncio.sleep(0.1)
+    assert most <= len(IDS) // 2, f"the newcomer held or claimed {most} of {len(IDS)} at once"

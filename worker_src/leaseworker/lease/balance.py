@@ -30,7 +30,8 @@ class PeerLoad:
 @dataclass(frozen=True, slots=True)
 class FleetView:
     peers: tuple[PeerLoad, ...]  # the other live workers (not withdrawn, not fenced)
-    free: int  # STARTED connections nobody holds (new, released or expired)
+    free: int  # STARTED connections nobody holds (new, released or expired), orphaned included
+    orphaned: int = 0  # of those, the ones fenced peers still hold: a takeover in progress
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,3 +70,15 @@ def fair_share(
     # period, and halving converges without a herd of simultaneous hand-backs.
     shed = math.ceil(excess / 2) if excess > 0 else 0
     return Share(target=target, claim=claim, shed=shed)
+
+
+def unowned_beyond_room(*, free: int, peers: Sequence[PeerLoad], my_capacity: int, to_own: int) -> int:
+    """The free connections that no live peer has room for in this view (room: a published load
+    below the peer's level). A worker at its share claims its part of these beyond the share, for
+    the fleet then lacks owners, not room; the rest are for the peers with room. During a
+    scale-out the shedders' releases are free while the newcomers have room: claiming those
+    beyond one's share took them back from the newcomers (the simulator's two newcomers held
+    224 and 308 of a 500 share after 150 s, and the survivors kept growing)."""
+    level = water_level([my_capacity, *(peer.capacity for peer in peers)], to_own)
+    room = sum(max(0, min(peer.capacity, level) - peer.load) for peer in peers)
+    return max(0, free - room)

@@ -19,7 +19,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 
-from leaseworker.lease.balance import FleetView, fair_share
+from leaseworker.lease.balance import FleetView, fair_share, unowned_beyond_room
 from leaseworker.lease.errors import AcquireUncertain, StoreError
 from leaseworker.lease.ownership import Ownership
 from leaseworker.lease.store import Acquired, AcquireResult, Lost, Malformed
@@ -34,6 +34,10 @@ from leaseworker.worker.waits import wait_any
 logger = get_logger(__name__)
 
 CLAIM_CONCURRENCY = 16
+# Candidates read per batch, however few we may claim: peers short of a few connections each all
+# read the first items of the index, and with 2 × capacity candidates most of their claims lost
+# to each other (the simulator's last 41 of a takeover waited for several reconciles).
+LEAST_CANDIDATES = 64
 RECONCILE_JITTER = 0.2  # each period is RECONCILE_SECONDS × uniform(0.8, 1.2)
 RESOLVE_ATTEMPTS = 3
 SHARE_REFRESH_SECONDS = 0.25  # at most this often outside reconcile, when we find ourselves full
@@ -50,7 +54,7 @@ class Acquirer:
         *,
         stop_acquiring: asyncio.Event,
         start: Callable[[Acquired, int | None], None],
-        fleet_view: Callable[[], Awaitable[FleetView]],
+        fleet_view: Callable[[bool], Awaitable[FleetView]],
         give_back: Callable[[Acquired], Awaitable[None]],
     ) -> None:
         self._ownership = ownership
@@ -69,6 +73,7 @@ class Acquirer:
         self.viewed_at = -math.inf
         self._previous_shed = 0
         self._free = 0  # free connections in the last fleet view
+        self._unowned = 0  # of those, the ones no peer has room for
         self._live_peers = 0
         self._free_rounds = 0  # consecutive reconciles that saw free connections
 
@@ -87,15 +92,16 @@ class Acquirer:
         await self._release_stopped()
         capacity = self.capacity()
         over_share = False
-        # Free connections seen by two reconciles in a row while we are full: the fleet lacks
-        # owners, not room. Every survivor can be "full" at once, because each counts the
-        # others' published load, which lags their claims by up to a heartbeat (seen: an expired
-        # lease left 2 s longer, 5.87 s against a 5.7 s L1). So claim our part of them beyond
-        # our share (never beyond MAX_CONNECTIONS); rebalancing hands any excess back gracefully.
+        # Free connections that no peer has room for, seen by two reconciles in a row while we
+        # are full: the fleet lacks owners, not room. Every survivor can be "full" at once,
+        # because each counts the others' published load, which lags their claims by up to a
+        # heartbeat (seen: an expired lease left 2 s longer, 5.87 s against a 5.7 s L1). So
+        # claim our part of them beyond our share (never beyond MAX_CONNECTIONS); rebalancing
+        # hands any excess back gracefully.
         free_rounds = self._free_rounds
-        self._free_rounds = free_rounds + 1 if self._free > 0 else 0
-        if capacity <= 0 and free_rounds >= 1 and self._free > 0:
-            part = math.ceil(self._free / (self._live_peers + 1))
+        self._free_rounds = free_rounds + 1 if self._unowned > 0 else 0
+        if capacity <= 0 and free_rounds >= 1 and self._unowned > 0:
+            part = math.ceil(self._unowned / (self._live_peers + 1))
             capacity, over_share = min(part, self.capacity(over_share=True)), True
         # Claim in batches until full or a batch wins nothing: one query's candidates are shared
         # with the peers reconciling at once, and waiting a whole period for the next batch left
@@ -108,7 +114,7 @@ class Acquirer:
     async def _claim_batch(self, capacity: int, *, over_share: bool) -> int:
         """Claim up to `capacity` of the free connections; how many were acquired."""
         try:
-            candidates = await self._ownership.find_claimable(capacity * 2)
+            candidates = await self._ownership.find_claimable(max(2 * capacity, LEAST_CANDIDATES))
         except StoreError as error:
             self._metrics.count(MetricName.LeaseAcquireFailures)
             logger.warning("reconcile query failed", extra={"error": str(error)})
@@ -123,11 +129,13 @@ class Acquirer:
             claims = [group.create_task(self.claim(cid, over_share=over_share)) for cid in candidates]
         return sum(isinstance(claim.result(), Acquired) for claim in claims)
 
-    async def refresh_share(self) -> None:
-        """Recompute this worker's fair share; on a store error keep the previous one."""
+    async def refresh_share(self, *, list_after_count: bool = True) -> None:
+        """Recompute this worker's fair share; on a store error keep the previous one.
+        `list_after_count`: list the sessions again after counting free connections (app.py
+        `_fleet_view`); False only where a listing was just made and cannot be waited for."""
         started = time.monotonic()
         try:
-            view = await self._fleet_view()
+            view = await self._fleet_view(list_after_count)
         except StoreError as error:
             self._metrics.count(MetricName.LeaseAcquireFailures)
             logger.warning("fleet view failed; keeping the previous share", extra={"error": str(error)})
@@ -136,21 +144,29 @@ class Acquirer:
         peers = view.peers
         self._free, self._live_peers = view.free, len(peers)
         owned = len(self._registry.held())
+        to_own = owned + len(self._registry.claiming) + sum(p.load for p in peers) + view.free
         share = fair_share(
             owned=owned,
             claiming=len(self._registry.claiming),
             my_capacity=self._settings.max_connections,
             peer_capacities=[peer.capacity for peer in peers],
-            to_own=owned + len(self._registry.claiming) + sum(p.load for p in peers) + view.free,
+            to_own=to_own,
         )
         self.target = share.target
+        self._unowned = unowned_beyond_room(
+            free=view.free, peers=peers, my_capacity=self._settings.max_connections, to_own=to_own
+        )
         # Peers' published loads lag by up to a heartbeat, so one view can show an excess that
         # is not there (a peer's claim counted neither as its load nor as free). Shed only what
         # two consecutive views agree on: a real excess persists, a lagging one does not.
-        # And never while connections are free: then the fleet lacks owners, not room (a handoff
-        # in progress, seen with the leaving worker's load already gone), and shedding would
-        # only add to what waits for a claim (found by the seeded fault suite: L2).
-        shed = share.shed if view.free == 0 else 0
+        # And never while free connections wait that no peer has room for: then the fleet lacks
+        # owners, not room (a handoff in progress, seen with the leaving worker's load already
+        # gone), and shedding would only add to what waits (found by the seeded fault suite:
+        # L2), nor during a takeover (it would only add to what the survivors are claiming).
+        # Free connections the peers have room for do not stop it: in a scale-out the
+        # shedders' own releases are always some of them (the simulator's survivors kept 573 of
+        # a 500 share for 100 s while a few waited for the newcomers' next reconcile).
+        shed = share.shed if self._unowned == 0 and view.orphaned == 0 else 0
         if shed and self._previous_shed:
             self._shed(min(shed, self._previous_shed))
         self._previous_shed = shed
@@ -201,8 +217,13 @@ class Acquirer:
         return limit - len(self._registry) - len(self._registry.claiming)
 
     def _shed(self, count: int) -> None:
-        """Hand back the most recently acquired connections: a graceful release each."""
-        newest = sorted(self._registry.held(), key=lambda owned: owned.acquired_at, reverse=True)[:count]
+        """Hand back the most recently acquired connections, a graceful release each, but none
+        younger than a heartbeat: a connection just claimed in a takeover or a handoff, possibly
+        above our share, has waited for an owner once already (L2), and its excess is shed later
+        if it is real."""
+        settled = time.monotonic() - self._settings.heartbeat_seconds
+        older = [owned for owned in self._registry.held() if owned.acquired_at <= settled]
+        newest = sorted(older, key=lambda owned: owned.acquired_at, reverse=True)[:count]
         if newest:
             logger.info(
                 "rebalancing: handing back connections", extra={"count": len(newest), "target": self.target}

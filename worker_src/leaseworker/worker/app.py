@@ -287,6 +287,7 @@ class Worker:
         self._registry.add(owned)
         assert self._group is not None
         owned.task = self._group.create_task(self._run_session(owned), name=f"session:{lease.connection_id}")
+        self._heartbeat.publish_soon()  # peers count it as our load from then on
 
     async def _run_session(self, owned: Owned) -> None:
         session = owned.session
@@ -307,9 +308,17 @@ class Worker:
 
     # ------------------------------------------------------------------ the fleet
 
-    async def _fleet_view(self) -> FleetView:
+    async def _fleet_view(self, list_after_count: bool) -> FleetView:
+        """The free connections counted, then the sessions listed: a peer publishes its load
+        before it releases, so a release is counted once, as free or in neither (a listing from
+        before the count would still hold it as the peer's load: seen as a connection bounced
+        between workers for seconds). No free connection, no double count: the last listing
+        serves, and the steady state costs no extra read."""
         free = await self._coordination.leases.count_free()
-        return FleetView(peers=self._peers.peers, free=free + self._peers.orphaned)
+        if free and list_after_count:
+            await self._peers.list_now()
+        orphaned = self._peers.orphaned
+        return FleetView(peers=self._peers.peers, free=free + orphaned, orphaned=orphaned)
 
     async def _withdraw(self) -> None:
         """Shutdown step 1: peers stop counting us; our session keeps beating while we release."""

@@ -146,31 +146,22 @@ class PeerWatch:
             self._listed_at = time.monotonic()
             await self._round()
 
+    async def list_now(self) -> None:
+        """List the sessions now, for a fleet view whose free connections were just counted: a
+        peer publishes its load before it releases (heartbeat.py), so a release the count saw
+        is not also counted in that peer's load. Judges the peers but fences and takes over
+        nothing (the rounds do). Raises StoreError."""
+        async with self._listing:
+            with self._tracing.span("session.peers"):
+                await self._list()
+
     async def _round(self) -> None:
         with self._tracing.span("session.peers"):
             try:
-                sessions = await self._sessions.list_sessions()
+                verdicts = await self._list()
             except StoreError as error:
                 logger.warning("could not list sessions", extra={"error": str(error)})
                 return
-            verdicts = self._observer.observe(sessions, time.monotonic())  # the clock AFTER the read
-            # A fence is never undone while its session item exists (a hint may have shown us
-            # one this listing, read earlier, does not show yet); a reaped id may start afresh.
-            listed = {v.worker_id for v in verdicts}
-            self._fenced = {w: s for w, s in self._fenced.items() if w in listed} | {
-                v.worker_id: v.session
-                for v in verdicts
-                if v.state is PeerState.FENCED and v.session is not None
-            }
-            self.peers = tuple(
-                PeerLoad(v.worker_id, v.session.load, v.session.capacity)
-                for v in verdicts
-                if v.state is PeerState.LIVE
-                and v.worker_id != self._me
-                and v.session is not None
-                and v.worker_id not in self._fenced
-            )
-            self._live = [worker for worker in live_worker_ids(verdicts) if worker not in self._fenced]
             for verdict in verdicts:
                 if verdict.worker_id == self._me:
                     continue
@@ -181,6 +172,27 @@ class PeerWatch:
                     )
                 elif verdict.worker_id in self._fenced:
                     await self._take_over_fenced(verdict.worker_id, self._fenced[verdict.worker_id])
+
+    async def _list(self) -> list[Verdict]:
+        """List and judge the sessions: the live peers' loads, the live workers, the fenced."""
+        sessions = await self._sessions.list_sessions()
+        verdicts = self._observer.observe(sessions, time.monotonic())  # the clock AFTER the read
+        # A fence is never undone while its session item exists (a hint may have shown us
+        # one this listing, read earlier, does not show yet); a reaped id may start afresh.
+        listed = {v.worker_id for v in verdicts}
+        self._fenced = {w: s for w, s in self._fenced.items() if w in listed} | {
+            v.worker_id: v.session for v in verdicts if v.state is PeerState.FENCED and v.session is not None
+        }
+        self.peers = tuple(
+            PeerLoad(v.worker_id, v.session.load, v.session.capacity)
+            for v in verdicts
+            if v.state is PeerState.LIVE
+            and v.worker_id != self._me
+            and v.session is not None
+            and v.worker_id not in self._fenced
+        )
+        self._live = [worker for worker in live_worker_ids(verdicts) if worker not in self._fenced]
+        return verdicts
 
     async def check_holder(self, holder: str, connection_id: str | None = None) -> bool:
         """A hint led us to `connection_id`, which `holder` still holds: if its session is fenced
@@ -256,7 +268,9 @@ class PeerWatch:
         claimable = [c for c in held if c.started and (confirmed or c.session_held)]
         if self._orphaned.get(dead) != len(claimable):
             self._orphaned[dead] = len(claimable)
-            await self._acquirer.refresh_share()  # our share grows before we claim our part
+            # Our share grows before we claim our part. This runs inside a round (the listing
+            # lock held, the listing just made) or for a hint that must not wait for one.
+            await self._acquirer.refresh_share(list_after_count=False)
         for stopped in (c for c in held if not c.started and (confirmed or c.session_held)):
             await self._release_for(dead, stopped)  # nobody will claim it: free it for `remove`
         claimable = [c for c in claimable if not self._registry.busy(c.connection_id)]
