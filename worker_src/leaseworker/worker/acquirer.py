@@ -33,7 +33,7 @@ from leaseworker.worker.waits import wait_any
 
 logger = get_logger(__name__)
 
-CLAIM_CONCURRENCY = 16
+CLAIM_CONCURRENCY = 32
 # Candidates read per batch, however few we may claim: peers short of a few connections each all
 # read the first items of the index, and with 2 × capacity candidates most of their claims lost
 # to each other (the simulator's last 41 of a takeover waited for several reconciles).
