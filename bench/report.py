@@ -222,7 +222,10 @@ def _targets(results: dict[str, Any]) -> list[str]:
 
 NOTES = [
     "- The seed row runs our worker with the seed's parameters (connection mode, reconcile 60 s, no "
-    "skew allowance, no hints); it is not the seed's code, so it already has our fencing and deadlines.",
+    "skew allowance, no hints); it is not the seed's code, so it already has our fencing and deadlines, "
+    "and fixes to our reconcile show in its row too: its P1 p99 was 79.0 s in the 2026-12-04 "
+    "afternoon run and is 43.0 s since a reconcile claims in batches until it is full (one "
+    "reconcile now takes all of a dead worker's expired leases instead of part of them).",
     "- DynamoDB Local reports 0 read units for a Query that returns nothing; DynamoDB charges the "
     "minimum (0.5 RRU, eventually consistent), which is what the rules column and every total use.",
     "- Failed conditional writes (lost races) cost 1 WRU each on DynamoDB; the steady window has "
@@ -244,27 +247,40 @@ NOTES = [
 
 NOT_DONE = [
     "- P5 (full run of 2026-12-04 18:00, after the hot-path change: no timer per write for sinks "
-    "that never suspend): one process now holds all 10,000 connections (6,066-6,287 in the "
+    "that never suspend; the evening's coordination changes do not touch the delivery path, and "
+    "P5 was not rerun after them): one process now holds all 10,000 connections (6,066-6,287 in the "
     "morning's run) at 25.7 KB marginal. Sparse traffic (one frame per socket read) stays "
     "below 20,000 msgs/s per core (16,981 file, 19,171 null at 5,000 x 1/s; 7,354-7,531 "
     "before): websockets' frame parsing, asyncio's read path and a task wake-up per frame. At "
     "10,000 x 1/s the worker uses its whole core (0.84-0.98) and delivers 92-93 % of the "
     "offered load, on 2 cores shared with the feed and DynamoDB Local.",
-    "- P6: session mode caps MAX_CONNECTIONS at 2,534 per worker (the checkpoint item's 400 KB), "
-    "so 3 workers hold 7,602 of 10,000. Claims run at 36-41 % of DynamoDB Local's 600/s in "
-    "session mode and 17 % in connection mode, where the renewals of the connections already "
-    "owned share the same ~600 writes/s (not separated here); connection mode now converges "
-    "(101 s; it did not in the morning's run). The rest is ours: 16 claims "
-    "in flight per worker and fair-share rounds.",
-    "- Simulator: after 10 workers join, no design balances within its limit (max load 1,121-1,148 "
-    "against a fair share of 1,000; 1,121-1,167 before a shedder published its load ahead of its "
-    "releases, 2026-12-04): a worker sheds at most half its excess per round, only when two views "
-    "agree and none shows free connections, and a hand-back makes free connections that the "
-    "reconcile's over-share rule lets full workers take back. A view still pairs a fresh count of "
-    "free connections with the last heartbeat's listing, so a release between the two is counted "
-    "twice; counting first and listing after in one round would close that at no extra reads "
-    "when H = R (not done). Listing reads grow with the fleet: 10.4 RRU/s per worker at 100 "
-    "workers (every worker reads every session item each heartbeat), 1,040 RRU/s for the fleet.",
+    "- P6 (full run of 2026-12-04 19:40): claims run at 360-373/s in session mode, 60-62 % of "
+    "DynamoDB Local's ~600 writes/s, and at 203/s in connection mode, where the renewals of the "
+    "connections already owned share the same writes. Two fixes of ours since the 18:00 run: a "
+    "reconcile claims in batches until it is full (every peer raced for one query's candidates "
+    "and the rest of the share waited a whole period: session 31 -> 21 s for 7,602 and 46 -> 27 s "
+    "for 10,000, connection 101 -> 67 s), and 32 claims in flight per worker instead of 16 "
+    "(connection 67 -> 49-51 s; session unchanged, so not bound by it). The rest is the machine: "
+    "vmstat shows both cores 90-100 % busy (user + system) through the claims, shared by "
+    "DynamoDB Local's JVM, the feed's 10,000 WebSocket accepts and 3-4 workers. Session mode caps "
+    "MAX_CONNECTIONS at 2,534 per worker (the checkpoint item's 400 KB), so 3 workers hold 7,602 "
+    "of 10,000.",
+    "- Simulator (full run of 2026-12-04 20:05): every design now balances after 10 workers "
+    "join, with about the minimum of moves (10,000-10,545 for 10,000 to move): session 11.5 s, "
+    "session+supervisor 38 s, connection 48 s, seed 545 s (its 60 s reconcile). Before, none did "
+    "within its limit (max load 1,121-1,148 against 1,000). Traced on a 10,000-connection run: "
+    "full survivors claimed the shedders' releases above their share (the rule meant for free "
+    "connections nobody has room for), shedding stopped whenever anything was free (the "
+    "shedders' own releases always were), and peers' claims reached their published load only at "
+    "their next heartbeat, so each view underestimated the fleet. Fixed in worker/ and mirrored "
+    "here: claims above the share only for the free connections no peer has room for; no "
+    "shedding while those wait or during a takeover, and never a connection claimed within the "
+    "last heartbeat; claims published within 0.25 s; the sessions listed after the free count "
+    "whenever it finds any. Convergence after 10 deaths improved with it: seed 142.5 -> 88.5 s, "
+    "connection 36.0 -> 31.0 s (session 24.5 s and session+supervisor 5.0 s unchanged). The "
+    "simulator's worker loops are a copy of worker/'s, kept in step by hand (both changed "
+    "together here). Listing reads grow with the fleet: 10.4 RRU/s per worker at 100 workers "
+    "(every worker reads every session item each heartbeat), 1,040 RRU/s for the fleet.",
 ]
 
 
@@ -365,7 +381,7 @@ def write_report(results: dict[str, Any], doc: Path, out: Path) -> None:
         "",
         *NOTES,
         "",
-        "## Not measured yet",
+        "## Limits, misses and their causes",
         "",
         *NOT_DONE,
         "",

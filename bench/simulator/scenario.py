@@ -218,8 +218,9 @@ class Run:
         self.check()
         loads = self.loads()
         moves = sum(w.claims - claims_before.get(w.me, 0) for w in self.workers.values())
-        for task in self.tasks.values():
+        for worker_id, task in self.tasks.items():
             task.cancel()
+            self.workers[worker_id].peers.cancel()  # takeover sweeps still waiting on a rank
         await asyncio.gather(*self.tasks.values(), return_exceptions=True)
         takeover_units = _delta(meters_after_death, after)
         return {
