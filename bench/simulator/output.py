@@ -14,7 +14,8 @@ REAL = (
     "lease stores (store.py, held_store.py, session_store.py, checkpoint_store.py, batch_get.py) "
     "and admin.add, over the in-memory client",
     "Ownership: ConnectionLeases, SessionLeases",
-    "pure decisions: balance.fair_share, liveness.Observer / SessionValidity, rendezvous.rank, "
+    "pure decisions: balance.fair_share / unowned_beyond_room, liveness.Observer / read_listing / "
+    "SessionValidity, rendezvous.rank, "
     "model.Lease deadlines",
     "DynamoDB cost rules: bench/capacity.py (write_units, read_units)",
 )

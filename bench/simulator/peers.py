@@ -25,7 +25,7 @@ from leaseworker.lease.liveness import (
     PeerState,
     SessionInfo,
     Verdict,
-    live_worker_ids,
+    read_listing,
 )
 from leaseworker.lease.rendezvous import claim_delay, rank
 from leaseworker.lease.store import AcquireResult, now_ms
@@ -91,19 +91,8 @@ class PeerWatch:
         w = self.worker
         sessions = await w.sessions.list_sessions()
         verdicts = self.observer.observe(sessions, asyncio.get_running_loop().time())
-        listed = {v.worker_id for v in verdicts}
-        self.fenced = {k: s for k, s in self.fenced.items() if k in listed} | {
-            v.worker_id: v.session for v in verdicts if v.state is PeerState.FENCED and v.session is not None
-        }
-        self.loads = tuple(
-            PeerLoad(v.worker_id, v.session.load, v.session.capacity)
-            for v in verdicts
-            if v.state is PeerState.LIVE
-            and v.worker_id != w.me
-            and v.session is not None
-            and v.worker_id not in self.fenced
-        )
-        self.live = [x for x in live_worker_ids(verdicts) if x not in self.fenced]
+        listing = read_listing(verdicts, me=w.me, fenced_before=self.fenced)
+        self.fenced, self.loads, self.live = listing.fenced, listing.peers, listing.live
         return verdicts
 
     async def _take_over(self, dead: str, kind: str, fenced_at_ms: int | None) -> None:

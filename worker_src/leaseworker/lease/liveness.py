@@ -18,6 +18,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from leaseworker.lease.balance import PeerLoad
 from leaseworker.settings import Settings
 
 SUSPECTED = "suspected"  # fenced by an observer that saw the counter stop
@@ -116,6 +117,34 @@ class Observer:
 def live_worker_ids(verdicts: Iterable[Verdict]) -> list[str]:
     """The peers that count: for fair share and for rendezvous ranking."""
     return sorted(v.worker_id for v in verdicts if v.state is PeerState.LIVE)
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """What one listing tells a worker about its fleet."""
+
+    fenced: dict[str, SessionInfo]  # peers seen fenced, until their session is reaped
+    peers: tuple[PeerLoad, ...]  # the other live workers' published load (fair share)
+    live: list[str]  # the live workers, us included once listed (rendezvous ranking)
+
+
+def read_listing(verdicts: list[Verdict], *, me: str, fenced_before: dict[str, SessionInfo]) -> Listing:
+    """A fence is never undone while its session item exists (a hint may have shown us one
+    this listing, read earlier, does not show yet); a reaped id may start afresh."""
+    listed = {v.worker_id for v in verdicts}
+    fenced = {w: s for w, s in fenced_before.items() if w in listed} | {
+        v.worker_id: v.session for v in verdicts if v.state is PeerState.FENCED and v.session is not None
+    }
+    peers = tuple(
+        PeerLoad(v.worker_id, v.session.load, v.session.capacity)
+        for v in verdicts
+        if v.state is PeerState.LIVE
+        and v.worker_id != me
+        and v.session is not None
+        and v.worker_id not in fenced
+    )
+    live = [worker for worker in live_worker_ids(verdicts) if worker not in fenced]
+    return Listing(fenced, peers, live)
 
 
 def claimable_kind(verdict: Verdict) -> str | None:

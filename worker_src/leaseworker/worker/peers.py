@@ -35,7 +35,7 @@ from leaseworker.lease.liveness import (
     PeerState,
     SessionInfo,
     Verdict,
-    live_worker_ids,
+    read_listing,
 )
 from leaseworker.lease.model import NO_CHECKPOINT, Lease
 from leaseworker.lease.ownership import Ownership
@@ -177,21 +177,8 @@ class PeerWatch:
         """List and judge the sessions: the live peers' loads, the live workers, the fenced."""
         sessions = await self._sessions.list_sessions()
         verdicts = self._observer.observe(sessions, time.monotonic())  # the clock AFTER the read
-        # A fence is never undone while its session item exists (a hint may have shown us
-        # one this listing, read earlier, does not show yet); a reaped id may start afresh.
-        listed = {v.worker_id for v in verdicts}
-        self._fenced = {w: s for w, s in self._fenced.items() if w in listed} | {
-            v.worker_id: v.session for v in verdicts if v.state is PeerState.FENCED and v.session is not None
-        }
-        self.peers = tuple(
-            PeerLoad(v.worker_id, v.session.load, v.session.capacity)
-            for v in verdicts
-            if v.state is PeerState.LIVE
-            and v.worker_id != self._me
-            and v.session is not None
-            and v.worker_id not in self._fenced
-        )
-        self._live = [worker for worker in live_worker_ids(verdicts) if worker not in self._fenced]
+        listing = read_listing(verdicts, me=self._me, fenced_before=self._fenced)
+        self._fenced, self.peers, self._live = listing.fenced, listing.peers, listing.live
         return verdicts
 
     async def check_holder(self, holder: str, connection_id: str | None = None) -> bool:
