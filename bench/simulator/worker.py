@@ -71,7 +71,6 @@ class SimWorker:
         self.target = settings.max_connections
         self.viewed_at = -math.inf
         self._previous_shed = 0
-        self._free = 0
         self._unowned = 0
         self._live_peers = 0
         self._free_rounds = 0
@@ -180,7 +179,7 @@ class SimWorker:
         free += self.peers.orphaned
         self.viewed_at = asyncio.get_running_loop().time()
         peers = self.peers.loads
-        self._free, self._live_peers = free, len(peers)
+        self._live_peers = len(peers)
         owned = len(self.held)
         to_own = owned + len(self.claiming) + sum(p.load for p in peers) + free
         share = fair_share(

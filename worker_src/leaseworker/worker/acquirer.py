@@ -72,8 +72,7 @@ class Acquirer:
         self.target = settings.max_connections  # refined by each fleet view
         self.viewed_at = -math.inf
         self._previous_shed = 0
-        self._free = 0  # free connections in the last fleet view
-        self._unowned = 0  # of those, the ones no peer has room for
+        self._unowned = 0  # free connections in the last fleet view that no peer has room for
         self._live_peers = 0
         self._free_rounds = 0  # consecutive reconciles that saw free connections
 
@@ -142,7 +141,7 @@ class Acquirer:
             return
         self.viewed_at = started
         peers = view.peers
-        self._free, self._live_peers = view.free, len(peers)
+        self._live_peers = len(peers)
         owned = len(self._registry.held())
         to_own = owned + len(self._registry.claiming) + sum(p.load for p in peers) + view.free
         share = fair_share(
