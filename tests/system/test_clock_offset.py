@@ -7,8 +7,9 @@ OFFSET_S ahead, far beyond MAX_CLOCK_SKEW_MS (FAST timings: lease 3 s, skew 200 
   the session item, so the offset changes nothing: once the fair share has spread, no live
   connection moves for a steady window, and nothing stale reaches the sink.
 - Connection mode, the same run, is the negative control: the fast worker sees every healthy
-  lease as expired (its now − skew is past their expiry) and takes live leases; the victims learn
-  it only when their next renewal is refused (DESIGN.md §2a, "known limits").
+  lease as expired (its now − skew is past their expiry) and takes live leases (DESIGN.md §2a,
+  "known limits"). The victims learn it from whichever write of theirs is refused first: a
+  checkpoint, a renewal, or the upstream's stale-epoch error.
 
 Stale deliveries are judged from outside, from the sink: within each worker's file a
 connection's epochs never go down, and across files, S1 on the write timestamps of one clock
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import signal
 import time
@@ -40,7 +42,6 @@ AHEAD = "wahead"
 STABLE_S = 3.0  # leases unchanged this long: the fair share has spread
 SETTLE_TIMEOUT_S = 20.0
 STEADY_WINDOW_S = 15.0
-THEFT_LOG = "renewal refused; dropping the connection"  # keeper.py: a live lease taken from us
 
 Leases = dict[str, tuple[str | None, int]]
 
@@ -63,7 +64,8 @@ class Outcome:
     settled: bool = False
     moves_in_window: int = 0  # connections whose epoch rose during the steady window
     moved_from_healthy: int = 0  # ... of those, held by a live healthy worker before
-    thefts: int = 0  # renewals refused to live healthy workers (their lease was taken)
+    thefts: int = 0  # leases taken by expiry from a live healthy worker (the taker's log)
+    losses: int = 0  # leases a live healthy worker found taken from it (its own log)
     stale: int = 0  # S1 violations on one clock, plus epoch regressions within a worker's file
     session_offsets_ms: dict[str, int] = dataclasses.field(default_factory=dict)
     report: Report = dataclasses.field(default_factory=Report)
@@ -76,7 +78,8 @@ def test_one_worker_clock_ahead(tmp_path: Path, mode: str, ahead_env: dict[str, 
     print(
         f"\nclock offset +{OFFSET_S:g} s ({mode}): settled={outcome.settled} "
         f"moves_in_window={outcome.moves_in_window} moved_from_healthy={outcome.moved_from_healthy} "
-        f"thefts={outcome.thefts} stale={outcome.stale} session_offsets_ms={outcome.session_offsets_ms} "
+        f"thefts={outcome.thefts} losses={outcome.losses} stale={outcome.stale} "
+        f"session_offsets_ms={outcome.session_offsets_ms} "
         f"report={outcome.report.as_dict()}"
     )
     # The offset really is inside the worker: its heartbeats stamp its own wall clock.
@@ -86,11 +89,13 @@ def test_one_worker_clock_ahead(tmp_path: Path, mode: str, ahead_env: dict[str, 
         assert outcome.settled, "the fair share never settled"
         assert outcome.moves_in_window == 0, "a live connection moved"
         assert outcome.thefts == 0
+        assert outcome.losses == 0
         assert outcome.stale == 0, outcome.report.violations
         assert outcome.report.ok, outcome.report.violations
     else:
         # The negative control: the same run does what DESIGN.md §2a says it does.
         assert outcome.thefts > 0, "connection mode: no lease was taken from a live healthy worker"
+        assert outcome.losses > 0, "connection mode: the healthy workers never learned of the thefts"
 
 
 def run_clock_ahead(fleet: Fleet, ahead_env: dict[str, str]) -> Outcome:
@@ -124,7 +129,18 @@ def run_clock_ahead(fleet: Fleet, ahead_env: dict[str, str]) -> Outcome:
         fleet.signal(name, signal.SIGTERM)
     for name in everyone:
         assert fleet.wait_exit(name, 15) == 0, f"{name} did not exit cleanly"
-    outcome.thefts = sum((fleet.logs / f"{name}.log").read_text().count(THEFT_LOG) for name in HEALTHY)
+    logs = {name: log_records(fleet.logs / f"{name}.log") for name in everyone}
+    outcome.thefts = sum(
+        1
+        for records in logs.values()
+        for record in records
+        if record.get("message") == "lease acquired"
+        and record.get("how") == "takeover by expiry"
+        and record.get("previous_owner") in HEALTHY
+    )
+    outcome.losses = sum(
+        1 for name in HEALTHY for record in logs[name] if record.get("message") == "lease lost"
+    )
     records = read_sink(fleet.sink_dir)
     outcome.stale = regressions_within_files(records)
     check_s1(on_one_clock(records, {AHEAD: int(OFFSET_S * 1000)}), outcome.report)
@@ -132,6 +148,19 @@ def run_clock_ahead(fleet: Fleet, ahead_env: dict[str, str]) -> Outcome:
     check_s2(records, outcome.report)
     check_s3(sampler.samples, records, outcome.report)
     return outcome
+
+
+def log_records(path: Path) -> list[dict[str, object]]:
+    """A worker's JSON log lines (Powertools Logger); anything else on the stream is skipped."""
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
 
 
 def all_owned(leases: Leases, owners: set[str]) -> bool:
