@@ -3,7 +3,8 @@
 `TableSampler` reads the whole table (a consistent scan) every SAMPLE_SECONDS on its own event
 loop: each connection's owner and epoch, and its effective checkpoint, the newer of the item's
 `last_seq` and its holder's batched checkpoint entry at the item's epoch (DESIGN.md §2b). S3 is
-judged on those readings. `MemorySampler` reads each worker's VmRSS from /proc.
+judged on those readings, and on every write in the table's stream (`table_history`), which
+catches a step back too short-lived for a reading. `MemorySampler` reads each worker's VmRSS from /proc.
 """
 
 from __future__ import annotations

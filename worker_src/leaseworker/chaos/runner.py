@@ -4,7 +4,8 @@ The fleet: DynamoDB Local, moto (SQS hints and the Kinesis stream that is the on
 arrival order), the seqfeed/1 feed, BASE_WORKERS workers, one of which talks to DynamoDB through
 the fault proxy. After every nemesis the fleet is restored to at least BASE_WORKERS live workers
 (a replacement takes the proxied slot if its holder is gone). At the end the stream is read in
-shard order and `verdict.judge` gives one table.
+shard order, the lease table's own change stream gives every write it took (`table_history`),
+and `verdict.judge` gives one table.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from leaseworker.chaos.arbiter import start_arbiter
 from leaseworker.chaos.nemeses import Measure, build
 from leaseworker.chaos.observe import MemorySampler, TableSampler, slope_kib_per_min
 from leaseworker.chaos.schedule import Schedule, takeover_bound_s
+from leaseworker.chaos.table_history import checkpoint_regressions, enable, read_all
 from leaseworker.chaos.throttle_proxy import FaultProxyThread
 from leaseworker.chaos.verdict import Evidence, Verdict, judge
 from leaseworker.local.events import FENCE_PATH_S
@@ -89,6 +91,7 @@ class ChaosRun:
     protected: set[str] = field(default_factory=set)
     bad: list[str] = field(default_factory=list)
     arbiter_url: str = ""
+    table_stream: str = ""  # the lease table's change stream: every write, for S3 (table_history.py)
     _proxied: str | None = None
     _counter: int = 0
     started: float = field(default_factory=time.monotonic)
@@ -204,9 +207,10 @@ def run(config: RunConfig) -> Verdict:
         arbiter = start_arbiter(log_path=fleet.logs / "moto-kinesis.log")
         try:
             _create_stream(arbiter.url)
+            table_stream = asyncio.run(enable(fleet.endpoint))  # before any worker writes
             proxy = FaultProxyThread("127.0.0.1", fleet.dynamodb.port, seed=schedule.seed)
             with proxy:
-                chaos = ChaosRun(config, fleet, proxy, arbiter_url=arbiter.url)
+                chaos = ChaosRun(config, fleet, proxy, arbiter_url=arbiter.url, table_stream=table_stream)
                 return _execute(chaos)
         finally:
             arbiter.stop()
@@ -262,6 +266,7 @@ def _execute(chaos: ChaosRun) -> Verdict:
     # fails it), and before the proxy and the arbiter they talk to go away.
     _stop_workers(fleet)
     arrivals = read_arrivals_sync(chaos.arbiter_url, STREAM)
+    writes = asyncio.run(read_all(fleet.endpoint, chaos.table_stream))
     mode = schedule.mode
     evidence = Evidence(
         seed=schedule.seed,
@@ -277,10 +282,12 @@ def _execute(chaos: ChaosRun) -> Verdict:
         l1_bound_s=takeover_bound_s(mode, config.timings, TAKEOVER_STEP_S, CONNECT_ALLOWANCE_S),
         l2_bound_s=L2_BOUND_S,
         l1_fence_bound_s=FENCE_PATH_S + CONNECT_ALLOWANCE_S,
+        written_back=checkpoint_regressions(writes),
     )
     verdict = judge(evidence)
     verdict.extra.update(_memory_summary(memory))
     verdict.extra["sampler_errors"] = table.errors[:5]
+    verdict.extra["table_writes"] = len(writes)
     verdict.extra["unsafe"] = config.unsafe
     verdict.extra["injected_throttles"] = chaos.proxy.injected()
     verdict.extra["log"] = chaos.log

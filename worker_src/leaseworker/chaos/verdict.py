@@ -90,11 +90,13 @@ class Evidence:
     l1_bound_s: float
     l2_bound_s: float
     l1_fence_bound_s: float
+    written_back: list[str] = field(default_factory=list)  # S3 from the table's stream (table_history)
 
 
 def judge(ev: Evidence) -> Verdict:
     samples = [reading.checkpoints for reading in ev.readings]
     report = check_arrivals(ev.arrivals, samples)
+    report.violations.extend(ev.written_back)  # every write, where the samples see four a second
     rows = [
         _safety_row(report, "S1 one deliverer"),
         _safety_row(report, "S2 no loss"),

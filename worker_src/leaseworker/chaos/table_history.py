@@ -1,0 +1,110 @@
+"""Every write the lease table took, from its own change stream (DynamoDB Local supports them).
+
+S3 says a checkpoint never moves backwards. The table sampler reads the table four times a second,
+so a write that moves a checkpoint back and is overwritten within that time can pass unseen. A
+late write is exactly that: a deposed owner's checkpoint lands after the new owner's and lasts
+until the new owner's next one, a second later at the fast timings. The stream records the old
+and the new image of every write, so `checkpoint_regressions` sees each one, per item and in the
+order the table applied them:
+
+- a connection item's `last_seq` lower than before;
+- a worker's batched checkpoint entry (`worker#<id>#ckpt`, DESIGN.md §2b) at the same epoch with
+  a lower seq than before.
+
+Both only ever move up in the protocol (COND_CHECKPOINT's `last_seq < :seq`, the held store's
+`last_seq <= :resume`, the checkpoint item's writer counter), so each finding is a violation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Final
+
+import aioboto3
+
+from leaseworker.aws import CLI_CLIENT_CONFIG
+from leaseworker.lease.checkpoint_store import entries_from
+from leaseworker.local.fleet import TABLE
+from leaseworker.local.services import LOCAL_CREDENTIALS, local_dynamodb
+
+CKPT_PREFIX: Final = "worker#"
+CKPT_SUFFIX: Final = "#ckpt"
+PAGE: Final = 1000  # GetRecords' most records per call
+
+Record = Mapping[str, Any]  # one stream record's `dynamodb` part
+
+
+async def enable(endpoint: str, table: str = TABLE) -> str:
+    """Turn on the lease table's stream (old and new images); its ARN. Call before any worker
+    starts, so that the stream holds every write of the run."""
+    async with local_dynamodb(endpoint) as client:
+        described = await client.update_table(
+            TableName=table,
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+        )
+    return str(described["TableDescription"]["LatestStreamArn"])
+
+
+async def read_all(endpoint: str, stream_arn: str) -> list[Record]:
+    """Every record of every shard, in the table's order of writes (sequence numbers)."""
+    session = aioboto3.Session()
+    records: list[Record] = []
+    async with session.client(
+        "dynamodbstreams",
+        endpoint_url=endpoint,
+        region_name=LOCAL_CREDENTIALS["AWS_REGION"],
+        aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        config=CLI_CLIENT_CONFIG,
+    ) as streams:
+        shards: list[str] = []
+        start: dict[str, str] = {}
+        while True:
+            described = (await streams.describe_stream(StreamArn=stream_arn, **start))["StreamDescription"]
+            shards.extend(shard["ShardId"] for shard in described.get("Shards", []))
+            last = described.get("LastEvaluatedShardId")
+            if not last:
+                break
+            start = {"ExclusiveStartShardId": last}
+        for shard in shards:
+            got = await streams.get_shard_iterator(
+                StreamArn=stream_arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
+            )
+            iterator: str | None = got.get("ShardIterator")
+            while iterator:
+                page = await streams.get_records(ShardIterator=iterator, Limit=PAGE)
+                records.extend(record["dynamodb"] for record in page.get("Records", []))
+                if not page.get("Records"):
+                    break  # an open shard's end (a closed one ends with no next iterator)
+                iterator = page.get("NextShardIterator")
+    records.sort(key=lambda record: int(record["SequenceNumber"]))
+    return records
+
+
+def checkpoint_regressions(records: Sequence[Record]) -> list[str]:
+    """S3 violations: every write that moved a checkpoint back (see the module docstring)."""
+    return list(_regressions(records))
+
+
+def _regressions(records: Sequence[Record]) -> Iterator[str]:
+    for record in records:
+        old, new = record.get("OldImage"), record.get("NewImage")
+        if old is None or new is None:
+            continue  # an insert or a delete moves no checkpoint back
+        key = str(new["connection_id"]["S"])
+        if key.startswith(CKPT_PREFIX) and key.endswith(CKPT_SUFFIX):
+            worker = key[len(CKPT_PREFIX) : -len(CKPT_SUFFIX)]
+            before, after = entries_from(dict(old)), entries_from(dict(new))
+            for cid, (epoch, seq) in sorted(after.items()):
+                entry = before.get(cid)
+                if entry is not None and entry[0] == epoch and seq < entry[1]:
+                    yield (
+                        f"S3 {cid}: {worker}'s batched checkpoint at epoch {epoch} "
+                        f"written back from {entry[1]} to {seq}"
+                    )
+        elif not key.startswith(CKPT_PREFIX) and "last_seq" in old and "last_seq" in new:
+            was, now = int(old["last_seq"]["N"]), int(new["last_seq"]["N"])
+            if now < was:
+                epoch = new.get("lease_epoch", {}).get("N", "?")
+                owner = new.get("lease_owner", {}).get("S", "nobody")
+                yield f"S3 {key}: last_seq written back from {was} to {now} (item at epoch {epoch}, {owner})"
