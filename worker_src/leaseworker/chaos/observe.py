@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from leaseworker.lease.checkpoint_store import entries_from
 from leaseworker.local.fleet import TABLE, Fleet
 from leaseworker.local.services import local_dynamodb
 from leaseworker.supervisor.process import child_pids
 
 SAMPLE_SECONDS: Final = 0.25
 MEMORY_SAMPLE_SECONDS: Final = 2.0
+WORKER_PREFIX: Final = "worker#"  # a worker's own items: its session, and its checkpoints
 CKPT_SUFFIX: Final = "#ckpt"
 
 
@@ -34,22 +36,23 @@ class TableReading:
     last_errors: dict[str, str] = field(default_factory=dict)
 
 
+def checkpoint_item_worker(key: str) -> str | None:
+    """The worker whose batched checkpoint item (`worker#<id>#ckpt`) this key is, else None."""
+    if key.startswith(WORKER_PREFIX) and key.endswith(CKPT_SUFFIX):
+        return key[len(WORKER_PREFIX) : -len(CKPT_SUFFIX)]
+    return None
+
+
 def effective_reading(items: list[dict[str, Any]], t_ms: int) -> TableReading:
     ckpts: dict[str, dict[str, tuple[int, int]]] = {}
     for item in items:
-        key = item["connection_id"]["S"]
-        if key.startswith("worker#") and key.endswith(CKPT_SUFFIX):
-            worker = key[len("worker#") : -len(CKPT_SUFFIX)]
-            entries = item.get("checkpoints", {}).get("M", {})
-            ckpts[worker] = {
-                cid: (int(v["L"][0]["N"]), int(v["L"][1]["N"]))
-                for cid, v in entries.items()
-                if len(v.get("L", [])) == 2
-            }
+        worker = checkpoint_item_worker(item["connection_id"]["S"])
+        if worker is not None:
+            ckpts[worker] = entries_from(item)
     reading = TableReading(t_ms, {}, {})
     for item in items:
         cid = item["connection_id"]["S"]
-        if cid.startswith("worker#") or "removed_at_ms" in item:
+        if cid.startswith(WORKER_PREFIX) or "removed_at_ms" in item:
             continue
         owner = item.get("lease_owner", {}).get("S")
         epoch = int(item.get("lease_epoch", {}).get("N", "0"))

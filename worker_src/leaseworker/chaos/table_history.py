@@ -23,12 +23,11 @@ from typing import Any, Final
 import aioboto3
 
 from leaseworker.aws import CLI_CLIENT_CONFIG
+from leaseworker.chaos.observe import WORKER_PREFIX, checkpoint_item_worker
 from leaseworker.lease.checkpoint_store import entries_from
 from leaseworker.local.fleet import TABLE
 from leaseworker.local.services import LOCAL_CREDENTIALS, local_dynamodb
 
-CKPT_PREFIX: Final = "worker#"
-CKPT_SUFFIX: Final = "#ckpt"
 PAGE: Final = 1000  # GetRecords' most records per call
 
 Record = Mapping[str, Any]  # one stream record's `dynamodb` part
@@ -92,8 +91,8 @@ def _regressions(records: Sequence[Record]) -> Iterator[str]:
         if old is None or new is None:
             continue  # an insert or a delete moves no checkpoint back
         key = str(new["connection_id"]["S"])
-        if key.startswith(CKPT_PREFIX) and key.endswith(CKPT_SUFFIX):
-            worker = key[len(CKPT_PREFIX) : -len(CKPT_SUFFIX)]
+        worker = checkpoint_item_worker(key)
+        if worker is not None:
             before, after = entries_from(dict(old)), entries_from(dict(new))
             for cid, (epoch, seq) in sorted(after.items()):
                 entry = before.get(cid)
@@ -102,7 +101,7 @@ def _regressions(records: Sequence[Record]) -> Iterator[str]:
                         f"S3 {cid}: {worker}'s batched checkpoint at epoch {epoch} "
                         f"written back from {entry[1]} to {seq}"
                     )
-        elif not key.startswith(CKPT_PREFIX) and "last_seq" in old and "last_seq" in new:
+        elif not key.startswith(WORKER_PREFIX) and "last_seq" in old and "last_seq" in new:
             was, now = int(old["last_seq"]["N"]), int(new["last_seq"]["N"])
             if now < was:
                 epoch = new.get("lease_epoch", {}).get("N", "?")
