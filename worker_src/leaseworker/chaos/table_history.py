@@ -22,11 +22,10 @@ from typing import Any, Final
 
 import aioboto3
 
-from leaseworker.aws import CLI_CLIENT_CONFIG
 from leaseworker.chaos.observe import WORKER_PREFIX, checkpoint_item_worker
 from leaseworker.lease.checkpoint_store import entries_from
 from leaseworker.local.fleet import TABLE
-from leaseworker.local.services import LOCAL_CREDENTIALS, local_dynamodb
+from leaseworker.local.services import LOCAL_CLIENT_OPTIONS, local_dynamodb
 
 PAGE: Final = 1000  # GetRecords' most records per call
 
@@ -46,15 +45,9 @@ async def enable(endpoint: str, table: str = TABLE) -> str:
 
 async def read_all(endpoint: str, stream_arn: str) -> list[Record]:
     """Every record of every shard, in the table's order of writes (sequence numbers)."""
-    session = aioboto3.Session()
     records: list[Record] = []
-    async with session.client(
-        "dynamodbstreams",
-        endpoint_url=endpoint,
-        region_name=LOCAL_CREDENTIALS["AWS_REGION"],
-        aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        config=CLI_CLIENT_CONFIG,
+    async with aioboto3.Session().client(
+        "dynamodbstreams", endpoint_url=endpoint, **LOCAL_CLIENT_OPTIONS
     ) as streams:
         shards: list[str] = []
         start: dict[str, str] = {}

@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 import aioboto3
 from aiobotocore.session import ClientCreatorContext
@@ -38,16 +38,18 @@ LOCAL_CREDENTIALS = {
 }
 
 
+# Any credentials do for the local stand-ins; the CLI's client config fails fast like the CLI.
+LOCAL_CLIENT_OPTIONS: Final[dict[str, Any]] = {
+    "region_name": LOCAL_CREDENTIALS["AWS_REGION"],
+    "aws_access_key_id": LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+    "aws_secret_access_key": LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    "config": CLI_CLIENT_CONFIG,
+}
+
+
 def local_dynamodb(endpoint: str) -> ClientCreatorContext[DynamoDBClient]:
-    """A DynamoDB client for DynamoDB Local (any credentials do), failing fast like the CLI."""
-    return aioboto3.Session().client(
-        "dynamodb",
-        endpoint_url=endpoint,
-        region_name=LOCAL_CREDENTIALS["AWS_REGION"],
-        aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        config=CLI_CLIENT_CONFIG,
-    )
+    """A DynamoDB client for DynamoDB Local."""
+    return aioboto3.Session().client("dynamodb", endpoint_url=endpoint, **LOCAL_CLIENT_OPTIONS)
 
 
 class ServiceError(RuntimeError):
