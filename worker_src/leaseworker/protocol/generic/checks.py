@@ -97,6 +97,9 @@ def optional_seconds(value: Any, path: str) -> float | None:
 
 
 def integer(value: Any, path: str, low: int, high: int) -> int:
+    # 3.0 is an integer to JSON Schema (and to YAML and JSON writers that only have floats).
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(path, f"must be an integer, not {type_name(value)}")
     if not low <= value <= high:
