@@ -22,7 +22,9 @@ from leaseworker.protocol.adapter import (
     Resume,
     Rotate,
     Send,
+    SocketAdapter,
     SocketContext,
+    UpstreamProtocol,
 )
 from leaseworker.protocol.generic import GenericProtocol, GenericSocket
 from tests.worker.protocol.test_generic_config import ALPACA, BINANCE, COINBASE, JETSTREAM
@@ -543,6 +545,9 @@ def test_close_kinds(code: int | None, reason: str, kind: str, text: str | None)
 
 def test_protocol_surface() -> None:
     protocol = GenericProtocol(json.dumps(ALPACA))
+    typed: UpstreamProtocol = protocol  # mypy checks that both halves match the interface
+    socket_typed: SocketAdapter = open_socket(JETSTREAM)
+    assert typed.name == "generic/1" and socket_typed.next_timer() is None
     assert protocol.name == "generic/1"
     assert protocol.seq_base(41) == 42
     assert protocol.references() == set(ALPACA_VALUES)
