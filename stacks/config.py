@@ -61,7 +61,7 @@ SUPPORTED_LEASE_MODES: tuple[LeaseMode, ...] = ("connection", "session")
 # Session mode keeps a worker's checkpoints in one 400 KB item: the worker refuses more
 # MAX_CONNECTIONS than it can hold (leaseworker.lease.checkpoint_store.MAX_ENTRIES_PER_ITEM;
 # tests/infra keeps the two equal).
-SESSION_MAX_CONNECTIONS_PER_TASK = 2534
+SESSION_MAX_CONNECTIONS_PER_TASK = 1117
 
 # DESIGN.md §2a: in connection mode every renewal rewrites the by-state-expiry sort key, and
 # all STARTED items share one index partition key. One partition takes about 1,000 writes/s

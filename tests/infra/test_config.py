@@ -204,7 +204,7 @@ def test_every_parameter_has_a_bad_value_case() -> None:
         ),
         (
             {"maxConnectionsPerTask": "3000"},
-            "invalid context maxConnectionsPerTask=3000: must be <= 2534 in session mode "
+            "invalid context maxConnectionsPerTask=3000: must be <= 1117 in session mode "
             "(one 400 KB checkpoint item per worker)",
         ),
         (

@@ -36,6 +36,8 @@ from leaseworker.lease.store import (
     Lost,
     Malformed,
     call_with_deadline,
+    cursor_names,
+    cursor_value,
     now_ms,
 )
 from leaseworker.settings import Settings
@@ -55,6 +57,8 @@ _CLAIM_WITH_SEQ = (
     "SET lease_owner = :me, lease_expires_at_ms = :expires, updated_at_ms = :now, last_seq = :resume "
     "ADD lease_epoch :one"
 )
+# The same, for an entry that carries the cursor belonging to its seq (DESIGN.md §5).
+_CLAIM_WITH_SEQ_AND_CURSOR = _CLAIM_WITH_SEQ.replace(" ADD ", ", #cursor = :cursor ADD ")
 _OWNED_PROJECTION = "connection_id, lease_owner, lease_epoch, last_seq, lease_expires_at_ms, desired_state"
 
 
@@ -97,6 +101,7 @@ class SessionHeldStore:
         valid_until: float,
         confirmed: bool = False,
         expires_at_ms: int = SESSION_HELD,
+        resume_cursor: str | None = None,
     ) -> AcquireResult:
         """Take over `dead`'s connection at `epoch`, resuming after max(last_seq, resume_seq).
 
@@ -115,11 +120,14 @@ class SessionHeldStore:
             result = await self._claim(
                 connection_id,
                 me,
-                update=_CLAIM_WITH_SEQ,
+                update=_CLAIM_WITH_SEQ if resume_cursor is None else _CLAIM_WITH_SEQ_AND_CURSOR,
                 condition=f"{condition} AND {COND_NOT_BEHIND}",
-                values=values | {":resume": {"N": str(resume_seq)}},
+                values=values
+                | {":resume": {"N": str(resume_seq)}}
+                | ({} if resume_cursor is None else cursor_value(resume_cursor)),
                 valid_until=valid_until,
                 resume_seq=resume_seq,
+                resume_cursor=resume_cursor,
                 expires_at_ms=expires_at_ms,
             )
             if not (isinstance(result, Lost) and result.holder == dead and result.epoch == epoch):
@@ -180,11 +188,13 @@ class SessionHeldStore:
         ]
         return sorted(owned, key=lambda c: c.connection_id)
 
-    async def release(self, lease: Lease, last_seq: int | None) -> bool:
-        return await self._leases.release(lease, last_seq)
+    async def release(self, lease: Lease, last_seq: int | None, cursor: str | None = None) -> bool:
+        return await self._leases.release(lease, last_seq, cursor)
 
-    async def mark_failed(self, lease: Lease, reason: str, last_seq: int | None = None) -> bool:
-        return await self._leases.mark_failed(lease, reason, last_seq)
+    async def mark_failed(
+        self, lease: Lease, reason: str, last_seq: int | None = None, cursor: str | None = None
+    ) -> bool:
+        return await self._leases.mark_failed(lease, reason, last_seq, cursor)
 
     async def record_failure(self, lease: Lease, reason: str) -> bool:
         return await self._leases.record_failure(lease, reason)
@@ -199,6 +209,7 @@ class SessionHeldStore:
         values: dict[str, Any],
         valid_until: float,
         resume_seq: int = NO_CHECKPOINT,
+        resume_cursor: str | None = None,
         expires_at_ms: int = SESSION_HELD,
     ) -> AcquireResult:
         try:
@@ -217,6 +228,7 @@ class SessionHeldStore:
                     },
                     ReturnValues="ALL_OLD",
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    **cursor_names(update),
                 ),
                 self._call_timeout,
             )
@@ -236,8 +248,10 @@ class SessionHeldStore:
         except MalformedItem as problem:
             await self._leases.mark_failed(lease, str(problem))
             return Malformed(connection_id, str(problem))
-        lease.ws_url = previous.ws_url
-        lease.start_seq = max(previous.last_seq, resume_seq)
+        if resume_seq > previous.last_seq or (resume_seq == previous.last_seq and resume_cursor is not None):
+            lease.resume_from(previous, resume_seq, resume_cursor)  # the dead holder's entry, and its cursor
+        else:
+            lease.resume_from(previous, previous.last_seq, previous.cursor)
         return Acquired(lease, previous)
 
 

@@ -80,6 +80,8 @@ class MetricName(StrEnum):
     ProtocolErrors = "ProtocolErrors"
     ReplaysDropped = "ReplaysDropped"  # overlapping replay frames (seq <= last delivered), §4.5
     CheckpointLagSeq = "CheckpointLagSeq"
+    GapsMarked = "GapsMarked"  # gap markers delivered: holes a feed that cannot replay could not avoid
+    GapSeconds = "GapSeconds"  # each marker's known width (until_ms - since_ms), in seconds
 
 
 MetricKind = Literal["counter", "observation", "gauge"]
@@ -101,6 +103,8 @@ METRIC_KINDS: dict[MetricName, MetricKind] = {
     MetricName.SinkErrors: "counter",
     MetricName.Reconnects: "counter",
     MetricName.ProtocolErrors: "counter",
+    MetricName.GapsMarked: "counter",
+    MetricName.GapSeconds: "observation",
     MetricName.ReplaysDropped: "counter",
     MetricName.CheckpointLagSeq: "observation",
 }

@@ -50,15 +50,17 @@ def _generic(spec: ProtocolSpec) -> UpstreamProtocol:
 
     if spec.config is None:
         raise ConfigError("protocol_config", "generic/1 needs a config")
-    return GenericProtocol(parse_config(spec.config))
+    protocol: UpstreamProtocol = GenericProtocol(parse_config(spec.config))
+    return protocol
 
 
 _BUILT_IN: Final[dict[str, Factory]] = {SEQFEED: _seqfeed, GENERIC: _generic}
 
 
 @cache
-def _plugins() -> dict[str, Factory]:
-    found: dict[str, Factory] = {}
+def _plugins() -> dict[str, Callable[[], Any]]:
+    """The installed plugins' entry points, by protocol name: loaded only when used."""
+    found: dict[str, Callable[[], Any]] = {}
     for point in entry_points(group=ENTRY_POINT_GROUP):
         if point.name not in _BUILT_IN:
             found[point.name] = point.load
@@ -73,7 +75,7 @@ def _factory(name: str) -> Factory:
     if loader is None:
         known = ", ".join(sorted({*_BUILT_IN, *_plugins()}))
         raise ConfigError("protocol", f"unknown protocol {name!r} (known: {known})")
-    factory: Factory = loader()  # type: ignore[operator]  # the entry point's value is the factory
+    factory: Factory = loader()  # the entry point's value is the factory
     return factory
 
 
@@ -103,4 +105,6 @@ def build(spec: ProtocolSpec) -> UpstreamProtocol:
     except ConfigError:
         raise
     except Exception as error:  # a plugin's bug must not crash the session: it is a config error
-        raise ConfigError("protocol", f"{spec.name} could not be built: {type(error).__name__}: {error}") from None
+        raise ConfigError(
+            "protocol", f"{spec.name} could not be built: {type(error).__name__}: {error}"
+        ) from None

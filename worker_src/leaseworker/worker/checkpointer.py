@@ -57,7 +57,7 @@ class Checkpointer:
             # fenced its item names us, and the entry is its checkpoint (worker/settle.py).
             live += self._registry.lapsed()
         progress = [
-            Progress(o.lease, o.session.delivered_seq, o.session.checkpointed_seq)
+            Progress(o.lease, o.session.delivered_seq, o.session.checkpointed_seq, o.session.delivered_cursor)
             for o in live
             if o.lease.state is not LeaseState.RELEASING  # held, or lapsed: keep the entry
             or o.session.delivered_seq > o.session.checkpointed_seq

@@ -24,7 +24,6 @@ from leaseworker.notify import Hint, Notifier, notifications
 from leaseworker.observability.logging import configure_logging, get_logger
 from leaseworker.observability.metrics import DEFAULT_NAMESPACE, WorkerMetrics
 from leaseworker.observability.tracing import configure_tracing
-from leaseworker.protocol.seqfeed import SeqfeedProtocol
 from leaseworker.settings import Settings
 from leaseworker.sinks.base import Sink
 from leaseworker.sinks.factory import open_sink
@@ -78,9 +77,7 @@ async def build_worker(
     )
     tracing = configure_tracing(settings.otel_endpoint)
     stack.push_async_callback(asyncio.to_thread, tracing.shutdown)
-    deps = SessionDeps(
-        settings=settings, sink=sink, protocol=SeqfeedProtocol(), metrics=metrics, tracing=tracing
-    )
+    deps = SessionDeps(settings=settings, sink=sink, metrics=metrics, tracing=tracing)
     health = HealthFile.from_env()  # what `leaseworker health` (the container's check) reads
     worker = Worker(
         coordination=coordination(ddb, settings),

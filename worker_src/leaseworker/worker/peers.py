@@ -70,6 +70,7 @@ class Takeover:
     resume_seq: int  # the dead holder's checkpoint entry at the connection's epoch, or -1
     confirmed: bool
     since_ms: int  # the death as best known, for TakeoverSeconds
+    resume_cursor: str | None = None  # the cursor of that entry (JSON text), where it has one
 
 
 class PeerWatch:
@@ -265,7 +266,7 @@ class PeerWatch:
         if not claimable or self._stop.is_set():
             return
         try:
-            entries = await self._checkpoints.read(dead)
+            entries, cursors = await self._checkpoints.read_with_cursors(dead)
         except StoreError as error:
             logger.warning(
                 "could not read a fenced peer's checkpoints", extra={"peer": dead, "error": str(error)}
@@ -275,8 +276,9 @@ class PeerWatch:
         for connection in claimable:
             delay = claim_delay(connection.connection_id, self._me, live, TAKEOVER_STEP_SECONDS)
             resume = resume_seq(entries, connection.connection_id, connection.epoch)
+            cursor = cursors.get(connection.connection_id) if resume > NO_CHECKPOINT else None
             self._scheduled.add(connection.connection_id)
-            claim = Takeover(connection, dead, resume, confirmed, since_ms)
+            claim = Takeover(connection, dead, resume, confirmed, since_ms, cursor)
             self._group.create_task(self._claim_later(claim, delay))
 
     async def _claim_later(self, takeover: Takeover, delay: float) -> None:
@@ -305,6 +307,7 @@ class PeerWatch:
                     dead=takeover.dead,
                     resume_seq=takeover.resume_seq,
                     confirmed=takeover.confirmed,
+                    resume_cursor=takeover.resume_cursor,
                 )
 
             await self._acquirer.claim(
