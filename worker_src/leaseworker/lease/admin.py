@@ -43,6 +43,7 @@ from leaseworker.lease.attribute_values import CHECKPOINT_SUFFIX, checkpoint_key
 from leaseworker.lease.checkpoint_store import Entries, effective_checkpoint, entries_from
 from leaseworker.lease.errors import TableMissing
 from leaseworker.lease.model import (
+    DEFAULT_PROTOCOL,
     NO_CHECKPOINT,
     STARTED,
     STOPPED,
@@ -78,10 +79,13 @@ TTL_ATTRIBUTE = "purge_at"  # the workers' own items expire through it (DESIGN.m
 COND_ADDABLE = "attribute_not_exists(connection_id) OR attribute_exists(removed_at_ms)"
 
 # `add`: a new item, or a tombstone resurrected with its epoch kept.
+# The protocol attributes are set when given and removed when not, as is the checkpoint cursor:
+# a re-added id starts from no checkpoint (DESIGN.md §4).
 UPDATE_ADD = (
     "SET desired_state = :started, ws_url = :url, last_seq = :none, lease_expires_at_ms = :zero, "
-    "failures = :zero, updated_at_ms = :now, lease_epoch = if_not_exists(lease_epoch, :zero) "
-    "REMOVE removed_at_ms, last_error, lease_owner"
+    "failures = :zero, updated_at_ms = :now, lease_epoch = if_not_exists(lease_epoch, :zero), "
+    "protocol = :protocol{config}{preset} "
+    "REMOVE removed_at_ms, last_error, lease_owner, #cursor{no_config}{no_preset}"
 )
 
 
@@ -185,24 +189,48 @@ class LeaseTableAdmin:
         )
         return True
 
-    async def add(self, connection_id: str, url: str) -> None:
-        """A new STARTED connection; over a tombstone, the same id again with its epoch kept."""
+    async def add(
+        self,
+        connection_id: str,
+        url: str,
+        *,
+        protocol: str = DEFAULT_PROTOCOL,
+        protocol_config: str | None = None,
+        preset: str | None = None,
+    ) -> None:
+        """A new STARTED connection; over a tombstone, the same id again with its epoch kept.
+
+        `protocol_config` is JSON text the caller has validated (cli/feeds.py); `url` is then the
+        config's URL template, shown by `list` (its secrets are references, not values)."""
         check_connection_id(connection_id)
         check_ws_url(url)
+        values: dict[str, Any] = {
+            ":started": {"S": STARTED},
+            ":url": {"S": url},
+            ":none": {"N": str(NO_CHECKPOINT)},
+            # 0, not absent: new connections must appear in the by-state-expiry GSI.
+            ":zero": {"N": "0"},
+            ":now": {"N": str(now_ms())},
+            ":protocol": {"S": protocol},
+        }
+        if protocol_config is not None:
+            values[":config"] = {"S": protocol_config}
+        if preset is not None:
+            values[":preset"] = {"S": preset}
+        update = UPDATE_ADD.format(
+            config=", protocol_config = :config" if protocol_config is not None else "",
+            preset=", preset = :preset" if preset is not None else "",
+            no_config="" if protocol_config is not None else ", protocol_config",
+            no_preset="" if preset is not None else ", preset",
+        )
         await self._run(
             self._client.update_item(
                 TableName=self._table,
                 Key={"connection_id": {"S": connection_id}},
-                UpdateExpression=UPDATE_ADD,
+                UpdateExpression=update,
                 ConditionExpression=COND_ADDABLE,
-                ExpressionAttributeValues={
-                    ":started": {"S": STARTED},
-                    ":url": {"S": url},
-                    ":none": {"N": str(NO_CHECKPOINT)},
-                    # 0, not absent: new connections must appear in the by-state-expiry GSI.
-                    ":zero": {"N": "0"},
-                    ":now": {"N": str(now_ms())},
-                },
+                ExpressionAttributeValues=values,
+                ExpressionAttributeNames={"#cursor": "cursor"},
             ),
             on_condition_failed=ConnectionExists(f"connection {connection_id!r} already exists"),
         )
