@@ -110,8 +110,10 @@ class SocketRun:
         refs = protocol.references()
         try:
             values = await s.deps.references.resolve(refs) if refs else {}
-        except (ConfigError, ValueError) as error:
+        except ValueError as error:  # UnresolvedReference, ConfigError: as configured, it cannot work
             return f"unresolved reference: {error}", True
+        except Exception as error:  # SecretsUnavailable: throttled, unreachable; try again later
+            return f"secrets unavailable: {error}", False
         adapter = self._adapter(values, self._resume(s.open_reason))
         request = adapter.connect_request()
         check_upstream_url(request.display_url, allow_insecure=s.settings.allow_insecure_ws)
