@@ -24,7 +24,6 @@ from leaseworker.observability.logging import get_logger
 from leaseworker.observability.metrics import MetricName
 from leaseworker.protocol.adapter import (
     Action,
-    ConfigError,
     Dropped,
     Emit,
     Fail,
