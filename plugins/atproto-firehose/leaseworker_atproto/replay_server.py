@@ -125,7 +125,7 @@ class Event:
     frame: bytes
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # hashed by identity: a set of them
 class _Subscriber:
     queue: asyncio.Queue[bytes] = field(default_factory=asyncio.Queue)
     dropped: bool = False
@@ -162,6 +162,7 @@ class FirehoseReplayServer:
         self._trimmed_through = 0  # the highest seq no longer retained (0: none trimmed)
         self._head = 0  # the last seq assigned
         self._subscribers: set[_Subscriber] = set()
+        self._joined = asyncio.Event()
         self._server: Server | None = None
 
     # ------------------------------------------------------------------ the history
@@ -173,6 +174,16 @@ class FirehoseReplayServer:
     @property
     def oldest(self) -> int | None:
         return self._events[0].seq if self._events else None
+
+    @property
+    def subscribers(self) -> int:
+        """The sockets now subscribed (backlog taken, live events queued for them)."""
+        return len(self._subscribers)
+
+    async def wait_subscribed(self, count: int = 1) -> None:
+        while len(self._subscribers) < count:
+            self._joined.clear()
+            await self._joined.wait()
 
     def seqs(self) -> list[int]:
         return [event.seq for event in self._events]
@@ -312,6 +323,7 @@ class FirehoseReplayServer:
             await connection.close()
             return
         self._subscribers.add(subscriber)
+        self._joined.set()
         try:
             if not await self._send(connection, subscriber, backlog):
                 return
