@@ -36,6 +36,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from leaseworker_atproto.frames import Link, error_frame, message_frame
@@ -301,6 +302,10 @@ class FirehoseReplayServer:
         return "replay", [event.frame for event in self._events if event.seq >= first]
 
     async def _handle(self, connection: ServerConnection) -> None:
+        with contextlib.suppress(ConnectionClosed):  # the client left: nothing to tell it
+            await self._serve(connection)
+
+    async def _serve(self, connection: ServerConnection) -> None:
         values = parse_qs(urlsplit(connection.request.path if connection.request else "").query).get("cursor")
         cursor: int | None = None
         if values:
