@@ -40,7 +40,13 @@ from urllib.parse import urlsplit
 from botocore.exceptions import ClientError
 
 from leaseworker.lease.attribute_values import CHECKPOINT_SUFFIX, checkpoint_key
-from leaseworker.lease.checkpoint_store import Entries, effective_checkpoint, entries_from
+from leaseworker.lease.checkpoint_store import (
+    Cursors,
+    Entries,
+    cursors_from,
+    effective_checkpoint,
+    entries_from,
+)
 from leaseworker.lease.errors import TableMissing
 from leaseworker.lease.model import (
     DEFAULT_PROTOCOL,
@@ -333,12 +339,14 @@ class LeaseTableAdmin:
         shown = plain(item)
         holder = shown.get("lease_owner")
         entries: Entries = {}
+        cursors: Cursors = {}
         if isinstance(holder, str) and holder:
             checkpoint = await self._run(
                 self._client.get_item(TableName=self._table, Key=checkpoint_key(holder), ConsistentRead=True)
             )
             entries = entries_from(checkpoint.get("Item", {}))
-        return with_checkpoint(shown, entries)
+            cursors = cursors_from(checkpoint.get("Item", {}))
+        return with_checkpoint(shown, entries, cursors)
 
     async def raw_item(self, key: str) -> dict[str, Any] | None:
         """Any item by key, a worker's own included (`worker#<id>`), as plain values."""
@@ -362,6 +370,7 @@ class LeaseTableAdmin:
         items: list[dict[str, Any]] = []
         sessions: dict[str, dict[str, Any]] = {}
         checkpoints: dict[str, Entries] = {}
+        cursors: dict[str, Cursors] = {}
         start_key: dict[str, Any] | None = None
         while True:
             kwargs: dict[str, Any] = {"TableName": self._table, "ConsistentRead": True}
@@ -374,13 +383,21 @@ class LeaseTableAdmin:
                     if "removed_at_ms" not in item:
                         items.append(plain(item))
                 elif key.endswith(CHECKPOINT_SUFFIX):
-                    checkpoints[key[len(WORKER_KEY_PREFIX) : -len(CHECKPOINT_SUFFIX)]] = entries_from(item)
+                    worker = key[len(WORKER_KEY_PREFIX) : -len(CHECKPOINT_SUFFIX)]
+                    checkpoints[worker], cursors[worker] = entries_from(item), cursors_from(item)
                 else:
                     sessions[key[len(WORKER_KEY_PREFIX) :]] = plain(item)
             start_key = response.get("LastEvaluatedKey")
             if not start_key:
                 break
-        shown = [with_checkpoint(item, checkpoints.get(str(item.get("lease_owner")), {})) for item in items]
+        shown = [
+            with_checkpoint(
+                item,
+                checkpoints.get(str(item.get("lease_owner")), {}),
+                cursors.get(str(item.get("lease_owner"))),
+            )
+            for item in items
+        ]
         return sorted(shown, key=lambda item: str(item.get("connection_id"))), sessions
 
     async def _existing(self, connection_id: str, update: str, values: dict[str, Any]) -> None:
@@ -400,15 +417,22 @@ class LeaseTableAdmin:
         await self._run(self._client.describe_table(TableName=self._table))
 
 
-def with_checkpoint(item: dict[str, Any], holder_entries: Entries) -> dict[str, Any]:
-    """The item plus `checkpoint`: what a takeover would resume after (DESIGN.md §2b), the newer
-    of `last_seq` and the holder's batched checkpoint entry at the item's epoch."""
+def with_checkpoint(
+    item: dict[str, Any], holder_entries: Entries, holder_cursors: Cursors | None = None
+) -> dict[str, Any]:
+    """The item plus `checkpoint` and `checkpoint_cursor`: what a takeover would resume after
+    (DESIGN.md §2b), the newer of `last_seq` and the holder's batched checkpoint entry at the
+    item's epoch, with the cursor (JSON text) that belongs to it."""
     last_seq = item.get("last_seq", NO_CHECKPOINT)
     epoch = item.get("lease_epoch", 0)
     if not isinstance(last_seq, int) or not isinstance(epoch, int):
         return item
     cid = str(item.get("connection_id"))
-    return item | {"checkpoint": effective_checkpoint(last_seq, epoch, cid, holder_entries)}
+    checkpoint = effective_checkpoint(last_seq, epoch, cid, holder_entries)
+    cursor = item.get("cursor")
+    if checkpoint > last_seq:
+        cursor = (holder_cursors or {}).get(cid)
+    return item | {"checkpoint": checkpoint, "checkpoint_cursor": cursor}
 
 
 def plain(item: dict[str, Any]) -> dict[str, Any]:
