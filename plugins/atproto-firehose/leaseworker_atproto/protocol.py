@@ -332,6 +332,7 @@ class FirehoseProtocol:
     """`atproto-firehose/1` for one connection: its URL and config; one adapter per socket."""
 
     name: str = NAME
+    resumable: bool = True  # a new socket resumes after the checkpoint seq (`cursor=`)
 
     def __init__(self, ws_url: str, config: FirehoseConfig) -> None:
         _check_url(ws_url)

@@ -104,6 +104,10 @@ class _SinkFailed(Exception):
     """Internal: the sink refused a batch; resubscribe after the last delivered seq."""
 
 
+class CursorTooLarge(ValueError):
+    """A resumable feed's checkpoint cursor that one checkpoint entry cannot hold."""
+
+
 class Stop(Exception):
     """Leave the delivery loop with a result."""
 
@@ -229,19 +233,17 @@ class ConnectionSession:
             kind=record_kind,
             key=key,
         )
+        cursor_text = previous if checkpoint is None else self._checkpoint_text(checkpoint)  # may refuse
         self.batch.add(record, size)
-        self.batch_cursors.append(previous if checkpoint is None else self._checkpoint_text(checkpoint))
+        self.batch_cursors.append(cursor_text)
 
     def _checkpoint_text(self, checkpoint: Any) -> str | None:
         text = json.dumps(checkpoint, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         if len(text.encode("utf-8", "surrogatepass")) <= MAX_CURSOR_BYTES:
             return text
-        if getattr(self.protocol, "resumable", True):
-            raise Stop(
-                SessionResult(
-                    Outcome.FAILED,
-                    f"checkpoint cursor of {len(text)} bytes exceeds the {MAX_CURSOR_BYTES}-byte limit",
-                )
+        if self.protocol is None or self.protocol.resumable:
+            raise CursorTooLarge(
+                f"checkpoint cursor of {len(text)} bytes exceeds the {MAX_CURSOR_BYTES}-byte limit"
             )
         return None  # a feed that cannot replay: the cursor only bounds the next gap marker
 

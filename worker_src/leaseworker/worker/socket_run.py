@@ -40,7 +40,14 @@ from leaseworker.protocol.adapter import (
 from leaseworker.worker import upstream
 from leaseworker.worker.backoff import ReconnectPacing, check_upstream_url, is_fatal
 from leaseworker.worker.batch import BATCH_LINGER_SECONDS, frame_size
-from leaseworker.worker.session import ConnectionSession, Outcome, SessionResult, SinkFailed, Stop
+from leaseworker.worker.session import (
+    ConnectionSession,
+    CursorTooLarge,
+    Outcome,
+    SessionResult,
+    SinkFailed,
+    Stop,
+)
 
 logger = get_logger(__name__)
 
@@ -230,14 +237,18 @@ class SocketRun:
                     continue
                 if not s.batch.fits(per_record):
                     await s.deliver()
-                s.add_record(
-                    action.kind,
-                    action.data,
-                    cursor=action.cursor,
-                    key=action.key,
-                    checkpoint=action.checkpoint,
-                    size=per_record,
-                )
+                try:
+                    s.add_record(
+                        action.kind,
+                        action.data,
+                        cursor=action.cursor,
+                        key=action.key,
+                        checkpoint=action.checkpoint,
+                        size=per_record,
+                    )
+                except CursorTooLarge as error:
+                    await s.deliver()  # what came before is delivered and checkpointed first
+                    raise Stop(SessionResult(Outcome.FAILED, str(error))) from None
                 if action.cursor is not None:
                     self._last_cursor[action.key] = action.cursor
                 added = True

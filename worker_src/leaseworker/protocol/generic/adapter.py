@@ -58,6 +58,11 @@ class GenericProtocol:
         self.config = config if isinstance(config, GenericConfig) else parse_config(config)
         self._references = references_of(self.config)
 
+    @property
+    def resumable(self) -> bool:
+        """The checkpoint cursor goes into the URL or an open step: the feed can replay."""
+        return self.config.cursor.resume_in != "none"
+
     def references(self) -> frozenset[str]:
         return self._references
 
