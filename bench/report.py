@@ -288,6 +288,7 @@ def _scale_parts(results: dict[str, Any]) -> list[str]:
     """P5, P6 and the simulator (each section has its heading and its targets), each from its own
     part of results.json (`--parts`)."""
     from bench.cold_start import section as p6_section
+    from bench.generic_vs_seqfeed import section as p8_section
     from bench.process_capacity import section as p5_section
     from bench.simulator.output import section as simulator_section
 
@@ -296,6 +297,7 @@ def _scale_parts(results: dict[str, Any]) -> list[str]:
         ("p5", p5_section, "![RSS against connections](bench/rss.png)"),
         ("p6", p6_section, "![cold start](bench/cold_start.png)"),
         ("simulator", simulator_section, ""),
+        ("p8", p8_section, ""),
     ):
         if key not in results:
             lines += [f"## {key}", "", f"Not in this results file: `--parts {key}`.", ""]
@@ -375,7 +377,7 @@ def write_report(results: dict[str, Any], doc: Path, out: Path) -> None:
         "## Targets",
         "",
         *_targets(results),
-        "- P5's targets are judged in its section above.",
+        "- P5's and P8's targets are judged in their sections above.",
         "",
         "## Notes",
         "",

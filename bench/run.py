@@ -5,7 +5,8 @@
 .venv/bin/python -m bench.run --mode full --parts simulator   # one part; the others are kept
 
 Parts: `designs` (P1-P4, P7 on real fleets), `p5` (one process's capacity), `p6` (cold start),
-`simulator` (100,000 connections and 100 workers, in virtual time). A run of some parts keeps
+`simulator` (100,000 connections and 100 workers, in virtual time), `p8` (generic/1 against
+seqfeed/1 in one worker process). A run of some parts keeps
 the others' results from <out>/results.json, so the report always shows every part.
 """
 
@@ -92,7 +93,7 @@ def _finite(value: Any) -> Any:
     return value
 
 
-PARTS = ("designs", "p5", "p6", "simulator")
+PARTS = ("designs", "p5", "p6", "simulator", "p8")
 # The simulator's size per bench mode: its full size takes minutes of CPU, not of waiting.
 SIMULATOR_SIZE = {"quick": "tiny", "full": "full", "tiny": "tiny", "smoke": "tiny"}
 CAPACITY_MODE = {"quick": "quick", "full": "full", "tiny": "tiny", "smoke": "tiny"}
@@ -122,6 +123,10 @@ def run_parts(
         from bench.simulator.__main__ import run as simulate
 
         results["simulator"] = simulate(SIMULATOR_SIZE[mode], out)
+    if "p8" in parts:
+        from bench import generic_vs_seqfeed
+
+        results["p8"] = generic_vs_seqfeed.run(CAPACITY_MODE[mode])
     return results
 
 
