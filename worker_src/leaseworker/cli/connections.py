@@ -13,13 +13,17 @@ import aioboto3
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from leaseworker.aws import CLI_CLIENT_CONFIG
+from leaseworker.cli import feeds
 from leaseworker.cli.errors import CliError, CliUsageError, run_async
 from leaseworker.cli.main import Target, cli, resolve_target, target_options
 from leaseworker.lease.admin import LeaseTableAdmin, ReleaseTimeout
 from leaseworker.lease.held_store import SESSION_HELD
 from leaseworker.notify import Notifier
+from leaseworker.protocol import presets
+from leaseworker.protocol.registry import SEQFEED
 from leaseworker.settings import max_clock_skew_ms_from
 
 T = TypeVar("T")
@@ -67,14 +71,77 @@ def _run(
 @target_options
 @connections.command("add")
 @click.argument("connection_id")
-@click.option("--url", required=True, help="Upstream address: wss://... (ws:// only for loopback)")
+@click.option("--url", metavar="URL", help="seqfeed/1: the upstream, wss://... (ws:// only for loopback)")
+@click.option(
+    "--config",
+    "config_file",
+    metavar="FILE",
+    help='generic/1 (or the protocol its "protocol" key names): a JSON or YAML file, - for stdin',
+)
+@click.option("--preset", metavar="NAME", help=f"A shipped generic/1 preset: {', '.join(presets.names())}")
+@click.option(
+    "--param",
+    "params",
+    metavar="K=V",
+    multiple=True,
+    help="A preset parameter, repeatable; a list is comma-separated (--param symbols=A,B)",
+)
 @click.pass_context
 def add(
-    ctx: click.Context, connection_id: str, url: str, table: str | None, endpoint_url: str | None
+    ctx: click.Context,
+    *,
+    connection_id: str,
+    url: str | None,
+    config_file: str | None,
+    preset: str | None,
+    params: tuple[str, ...],
+    table: str | None,
+    endpoint_url: str | None,
 ) -> None:
-    """Add a STARTED connection; a worker picks it up within one reconcile period."""
-    _run(ctx, table, endpoint_url, lambda admin: admin.add(connection_id, url), notify=connection_id)
-    click.echo(f"added {connection_id}")
+    """Add a STARTED connection; a worker picks it up within one reconcile period.
+
+    \b
+    Exactly one of:
+      --url URL                      seqfeed/1
+      --config FILE                  generic/1, or a plugin's protocol (its "protocol" key)
+      --preset NAME [--param k=v]…   a shipped preset, expanded into a generic/1 config
+    The config is validated in full before anything is written. Secrets are given as
+    references ({{secret:NAME#KEY}}, {{env:NAME}}), stored and shown as written; the
+    worker resolves them when it connects."""
+    given = [
+        flag
+        for flag, value in (("--url", url), ("--config", config_file), ("--preset", preset))
+        if value is not None
+    ]
+    if len(given) != 1:
+        said = f" (got {' and '.join(given)})" if given else ""
+        raise CliUsageError(f"give exactly one of --url, --config or --preset{said}")
+    if params and preset is None:
+        raise CliUsageError("--param goes with --preset")
+    env = os.environ
+    if url is not None:
+        feed = feeds.feed_from_url(url, env)
+    elif config_file is not None:
+        feed = feeds.feed_from_file(config_file, env)
+    else:
+        assert preset is not None
+        feed = feeds.feed_from_preset(preset, params, env)
+    _run(
+        ctx,
+        table,
+        endpoint_url,
+        lambda admin: admin.add(
+            connection_id,
+            feed.ws_url,
+            protocol=feed.protocol,
+            protocol_config=feed.protocol_config,
+            preset=feed.preset,
+        ),
+        notify=connection_id,
+    )
+    click.echo(
+        f"added {connection_id} ({feeds.protocol_label({'protocol': feed.protocol, 'preset': feed.preset})})"
+    )
 
 
 @target_options
@@ -153,8 +220,9 @@ def list_(ctx: click.Context, as_json: bool, table: str | None, endpoint_url: st
     \b
     The checkpoint is the effective one: the newer of the item's last_seq and its
     owner's batched checkpoint entry (session mode), what a takeover resumes after."""
-    items = _run(ctx, table, endpoint_url, lambda admin: admin.list())
+    items = [with_protocol(item) for item in _run(ctx, table, endpoint_url, lambda admin: admin.list())]
     if as_json:
+        # The stored values as they are: configs and URLs hold references, never resolved secrets.
         click.echo(json.dumps(items, indent=2))
         return
     target = resolve_target(ctx, table, endpoint_url)
@@ -169,42 +237,92 @@ def list_(ctx: click.Context, as_json: bool, table: str | None, endpoint_url: st
 @target_options
 @connections.command("show")
 @click.argument("connection_id")
-@click.option("--json", "as_json", is_flag=True, help="The item as a JSON object")
+@click.option("--json", "as_json", is_flag=True, help="The item as a JSON object (the stored values)")
 @click.pass_context
 def show(
     ctx: click.Context, connection_id: str, as_json: bool, table: str | None, endpoint_url: str | None
 ) -> None:
-    """Every attribute of one connection."""
-    item = _run(ctx, table, endpoint_url, lambda admin: admin.show(connection_id))
+    """Every attribute of one connection: protocol, preset, config, URL, checkpoint and cursor.
+
+    \b
+    The config is shown as stored: secrets are references ({{secret:NAME#KEY}}),
+    never resolved. The URL is shown with its query values redacted."""
+    item = with_protocol(_run(ctx, table, endpoint_url, lambda admin: admin.show(connection_id)))
     if as_json:
         click.echo(json.dumps(item, indent=2))
         return
-    now = int(time.time() * 1000)
-    width = max(len(key) for key in item)
-    click.echo(f"{'lease':<{width}}  {lease_status(item, now)}")
-    for key in sorted(item):
+    click.echo(render_show(item, int(time.time() * 1000)))
+
+
+_SHOWN_FIRST = ("connection_id", "desired_state", "protocol", "preset", "ws_url")
+_SHOWN_APART = frozenset({"protocol_config"})
+_TIMES = frozenset({"lease_expires_at_ms", "updated_at_ms"})
+
+
+def with_protocol(item: dict[str, Any]) -> dict[str, Any]:
+    """The item with its protocol attributes present (an item added before them is seqfeed/1)."""
+    return {
+        **item,
+        "protocol": item.get("protocol") or SEQFEED,
+        "protocol_config": item.get("protocol_config"),
+        "preset": item.get("preset"),
+        "cursor": item.get("cursor"),
+    }
+
+
+def render_show(item: dict[str, Any], now_ms: int) -> str:
+    """`show`'s text: one attribute a line, times as dates, the URL redacted, the config as YAML."""
+    keys = [key for key in _SHOWN_FIRST if key in item]
+    keys += sorted(key for key in item if key not in _SHOWN_FIRST and key not in _SHOWN_APART)
+    width = max(len(key) for key in [*keys, "lease"])
+    lines = [f"{'lease':<{width}}  {lease_status(item, now_ms)}"]
+    for key in keys:
         value = item[key]
-        note = ""
-        timed = key in ("lease_expires_at_ms", "updated_at_ms") and isinstance(value, int)
-        if timed and 0 < value < SESSION_HELD:
-            note = f"  ({(value - now) / 1000:+.1f} s from now)"
-        click.echo(f"{key:<{width}}  {value}{note}")
+        if key == "ws_url":
+            shown = feeds.redacted_url(value)
+        elif key in _TIMES:
+            shown = feeds.human_time(value, now_ms) if value else "-"
+        elif value is None:
+            shown = "-"
+        else:
+            shown = str(value)
+        lines.append(f"{key:<{width}}  {shown}")
+    config = item.get("protocol_config")
+    if config:
+        lines.append("protocol_config (as stored; secrets are references):")
+        lines.extend(f"  {line}" for line in feeds.config_for_display(config).splitlines())
+    else:
+        lines.append(f"{'protocol_config':<{width}}  -")
+    return "\n".join(lines)
 
 
 def render_table(items: list[dict[str, Any]], *, title: str | None = None) -> Table:
     """Connections as a table: whose lease, how long it has left, how far the checkpoint got."""
     now = int(time.time() * 1000)
     table = Table(title=title or f"{len(items)} connections", title_justify="left")
-    columns = ("connection", "state", "owner", "epoch", "lease", "updated", "checkpoint", "last_error")
+    columns = (
+        "connection",
+        "state",
+        "protocol",
+        "url",
+        "owner",
+        "epoch",
+        "lease",
+        "updated",
+        "checkpoint",
+        "last_error",
+    )
     for column in columns:
         table.add_column(
             column, overflow="fold", justify="right" if column in ("epoch", "checkpoint") else "left"
         )
     for item in items:
         updated = int(item.get("updated_at_ms", 0) or 0)
-        table.add_row(
+        cells = (
             str(item.get("connection_id")),
             str(item.get("desired_state", "?")),
+            feeds.protocol_label(item),
+            feeds.redacted_url(item.get("ws_url")),
             str(item.get("lease_owner") or "-"),
             str(item.get("lease_epoch", 0)),
             lease_status(item, now),
@@ -212,6 +330,8 @@ def render_table(items: list[dict[str, Any]], *, title: str | None = None) -> Ta
             str(item.get("checkpoint", item.get("last_seq", -1))),
             str(item.get("last_error") or ""),
         )
+        # Text, not markup: `[jetstream]` and an upstream's error text are shown as they are.
+        table.add_row(*(Text(cell) for cell in cells))
     return table
 
 
