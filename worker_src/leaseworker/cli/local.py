@@ -14,7 +14,7 @@ from leaseworker.local.services import ServiceError
 
 @cli.group(short_help="The whole system on this machine, no AWS account.")
 def local() -> None:
-    """Run the system locally: DynamoDB Local, SQS (moto), a seqfeed/1 feed, workers."""
+    """Run the system locally: DynamoDB Local, SQS (moto), a seqfeed/1 feed, real feeds' replays, workers."""
 
 
 @local.command("up", short_help="Start a local fleet and show it live (or run a scripted failover).")
@@ -45,6 +45,12 @@ def local() -> None:
     "--no-auto-faults", is_flag=True, help="Live view: do not kill and terminate a worker by itself"
 )
 @click.option(
+    "--replays/--no-replays",
+    default=True,
+    show_default=True,
+    help="Live view: also run the Jetstream and Coinbase replays, each with a generic/1 connection",
+)
+@click.option(
     "--feed-rate",
     default=20.0,
     show_default=True,
@@ -64,10 +70,17 @@ def up(  # noqa: PLR0917  (click passes options as keywords)
     scenario: str | None,
     as_json: bool,
     no_auto_faults: bool,
+    replays: bool,
     feed_rate: float,
     root: Path | None,
 ) -> None:
     """Start DynamoDB Local, SQS, the feed and workers; show them live; stop everything on q/Ctrl-C.
+
+    \b
+    The fleet is mixed: --connections seqfeed/1 connections, plus (unless --no-replays)
+    jetstream-1, generic/1 [jetstream] on a local Jetstream replay (it replays from a cursor),
+    and coinbase-1, generic/1 [coinbase-exchange] on a local Coinbase replay (it cannot: every
+    takeover is a gap marker, shown as a `gap` event). The replays run on free ports of 127.0.0.1.
 
     \b
     Keys in the live view (the target is the worker owning most connections):
@@ -108,6 +121,7 @@ def up(  # noqa: PLR0917  (click passes options as keywords)
             auto_faults=not no_auto_faults,
             root=root,
             feed_rate=feed_rate,
+            replays=replays,
         )
     except ServiceError as error:
         raise CliError(str(error)) from None

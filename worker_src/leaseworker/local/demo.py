@@ -47,16 +47,18 @@ def run_live(
     auto_faults: bool,
     root: Path | None,
     feed_rate: float,
+    replays: bool = True,
 ) -> None:
     from leaseworker.local.view import LiveView
 
     err = Console(stderr=True, soft_wrap=True, highlight=False)
     with StopSignals() as stop, _scratch(root) as base:
-        fleet = Fleet(base, timings=FAST, feed_rate=feed_rate)
+        fleet = Fleet(base, timings=FAST, feed_rate=feed_rate, replays=replays)
         view: LiveView | None = None
         try:
             # Start-up has no loop that could check for a stop request: there a signal raises.
-            with stop.raising(), err.status(f"starting DynamoDB Local, SQS (moto) and the feed in {base} …"):
+            services = "the feed, the Jetstream and Coinbase replays" if replays else "the feed"
+            with stop.raising(), err.status(f"starting DynamoDB Local, SQS (moto), {services} in {base} …"):
                 fleet.start()
             view = LiveView(
                 fleet,

@@ -2,9 +2,12 @@
 
 `FleetMonitor.poll()` reads, incrementally:
 - the lease table (one consistent scan): who owns what, at which epoch, the checkpoints;
-- the feed's session log: when the upstream saw each subscription (the measured clock for
-  takeover and handoff times, as in the system tests);
-- the sink files, `<worker>.jsonl`: messages per second per worker, highest seq per connection;
+- the feed's session log, and each real feed replay's (leaseworker.local.replays): when the
+  upstream saw each subscription (the measured clock for takeover and handoff times, as in the
+  system tests);
+- the sink files, `<worker>.jsonl`: messages per second per worker, highest seq per connection,
+  and the gap markers of generic/1 connections (DESIGN.md §4.3, §5), each shown as a `gap` event;
+  a replayable connection that moved to a new epoch without one is shown as `resumed`;
 - the workers' JSON logs: self-fencing, which only the worker itself can see.
 
 It turns the differences between successive readings into `Event`s. A fault recorded with
@@ -105,7 +108,8 @@ class Tail:
 @dataclass(frozen=True)
 class Event:
     t: float  # wall-clock seconds
-    kind: str  # acquired | released | taken over | handed off | lost | self-fenced | fault | note
+    kind: str  # acquired | released | taken over | handed off | lost | self-fenced | fault | gap
+    # | resumed | note
     text: str
 
     def stamp(self) -> str:
@@ -156,6 +160,63 @@ def session_state(session: dict[str, Any]) -> str:
     return "withdrawn" if session.get("withdrawn_at_ms") else "live"
 
 
+@dataclass
+class ConnectionStats:
+    """What the sink holds for one connection (records of every kind, gap markers among them)."""
+
+    records: int = 0
+    gaps: int = 0
+    raw: int = 0
+    epoch: int | None = None  # the highest epoch seen in the sink
+    cursor: Any = None  # the last record's cursor at that epoch
+    epoch_max_seq: int = -1  # the highest seq at that epoch (generic/1 counts from 0 per epoch)
+    last_ms: int | None = None  # received_at_ms of the last data record
+
+
+def cursor_label(item: dict[str, Any]) -> str:
+    """What a generic/1 connection's cursor counts, from its config's cursor.path: `trade` for
+    Coinbase's /trade_id, `time_us` for Jetstream's; `cursor` when unknown."""
+    try:
+        path = json.loads(str(item.get("protocol_config") or "{}"))["cursor"]["path"]
+    except (ValueError, KeyError, TypeError):
+        return "cursor"
+    name = str(path).rsplit("/", 1)[-1]
+    return name.removesuffix("_id") or "cursor"
+
+
+def _cursor_text(cursor: Any) -> str:
+    """A cursor as the view shows it; per-key cursors (a dict) as `BTC-USD 1041, ETH-USD 980`."""
+    if isinstance(cursor, dict):
+        return ", ".join(f"{key} {value}" for key, value in cursor.items())
+    return str(cursor)
+
+
+def gap_text(cid: str, data: dict[str, Any], label: str, last_ms: int | None = None) -> str:
+    """`coinbase-1 BTC-USD takeover 1.2 s (trade 1041→1047)`: a gap marker's data (DESIGN.md §5).
+
+    The duration is until_ms − since_ms; when the marker does not know since_ms (a takeover: the
+    new owner never saw the last record), it is measured from the last record of the connection
+    the sink holds (`last_ms`), and says so with `≈`."""
+    parts = [cid]
+    if data.get("key") is not None:
+        parts.append(str(data["key"]))
+    parts.append(str(data.get("reason", "?")))
+    since, until = data.get("since_ms"), data.get("until_ms")
+    if isinstance(since, int) and isinstance(until, int):
+        parts.append(f"{(until - since) / 1000:.1f} s")
+    elif isinstance(until, int) and last_ms is not None and until >= last_ms:
+        parts.append(f"≈{(until - last_ms) / 1000:.1f} s")
+    first, last = data.get("from_cursor"), data.get("to_cursor")
+    if first is None and last is None:
+        bounds = "bounds unknown"
+    elif first is None:
+        bounds = f"nothing delivered before; next {label} {_cursor_text(last)}"
+    else:
+        arrow = " → " if isinstance(first, dict) else "→"
+        bounds = f"{label} {_cursor_text(first)}{arrow}{'…' if last is None else _cursor_text(last)}"
+    return " ".join(parts) + f" ({bounds})"
+
+
 class TableReader:
     """One DynamoDB client for the whole run, on a private event loop (the monitor is synchronous).
 
@@ -200,8 +261,9 @@ class FleetMonitor:
         self.faults: list[Fault] = []
         self.workers: dict[str, WorkerStats] = {}
         self.sink_max: dict[str, int] = {}
+        self.conn_stats: dict[str, ConnectionStats] = {}
         self.samples: list[dict[str, int]] = []  # successive {connection_id: last_seq}, for S3
-        self._feed = Tail(fleet.feed_log)
+        self._feeds = [Tail(path) for path in fleet.session_logs()]
         self._sinks: dict[str, Tail] = {}
         self._logs: dict[str, Tail] = {}
         self._feed_events: list[dict[str, Any]] = []
@@ -310,7 +372,46 @@ class FleetMonitor:
                 cid, seq = str(record["connection_id"]), int(record["seq"])
                 self.sink_max[cid] = max(self.sink_max.get(cid, -1), seq)
                 stats.delivered += 1
+                self._record(cid, record)
             stats.samples.append((now, stats.delivered))
+
+    def _record(self, cid: str, record: dict[str, Any]) -> None:
+        """Count a sink record; a gap marker becomes a `gap` event, and a replayable connection's
+        first record at a new epoch that is not one becomes a `resumed` event."""
+        conn = self.conn_stats.setdefault(cid, ConnectionStats())
+        conn.records += 1
+        kind = record.get("kind", "data")
+        epoch = int(record.get("epoch", 0))
+        when = int(record.get("received_at_ms", 0) or 0) / 1000 or time.time()
+        item = self.items.get(cid, {})
+        if kind == "gap":
+            conn.gaps += 1
+            data = record.get("data")
+            data = data if isinstance(data, dict) else {}
+            self.events.append(Event(when, "gap", gap_text(cid, data, cursor_label(item), conn.last_ms)))
+        elif kind == "raw":
+            conn.raw += 1
+        if kind != "gap":
+            received = int(record.get("received_at_ms", 0) or 0)
+            conn.last_ms = max(conn.last_ms or 0, received) or None
+        if conn.epoch is None or epoch > conn.epoch:
+            moved = conn.epoch is not None
+            if moved and kind != "gap" and item.get("protocol", "seqfeed/1") != "seqfeed/1":
+                owner = record.get("worker_id")
+                self.events.append(
+                    Event(
+                        when,
+                        "resumed",
+                        f"{cid} resumed by {owner} at epoch {epoch} from {cursor_label(item)} "
+                        f"{conn.cursor}, no gap marker",
+                    )
+                )
+            conn.epoch = epoch
+            conn.epoch_max_seq = -1
+        if epoch == conn.epoch:
+            conn.epoch_max_seq = max(conn.epoch_max_seq, int(record["seq"]))
+            if record.get("cursor") is not None:
+                conn.cursor = record.get("cursor")
 
     def _read_logs(self) -> None:
         for name in self.fleet.workers:
@@ -334,7 +435,7 @@ class FleetMonitor:
 
     def _read_feed(self) -> None:
         new = []
-        for line in self._feed.lines():
+        for line in (line for tail in self._feeds for line in tail.lines()):
             try:
                 new.append(json.loads(line))
             except json.JSONDecodeError:
@@ -406,7 +507,14 @@ class FleetMonitor:
         """Records in the sink not yet covered by the checkpoint: highest sink seq − last_seq."""
         if cid not in self.sink_max:
             return None
-        return self.sink_max[cid] - int(self.items.get(cid, {}).get("last_seq", -1))
+        item = self.items.get(cid, {})
+        conn = self.conn_stats.get(cid)
+        if item.get("protocol", "seqfeed/1") != "seqfeed/1" and conn is not None:
+            # generic/1 seqs restart at 0 in each epoch: compare within the current one.
+            if conn.epoch != int(item.get("lease_epoch", 0)):
+                return None
+            return conn.epoch_max_seq - int(item.get("last_seq", -1))
+        return self.sink_max[cid] - int(item.get("last_seq", -1))
 
     def busiest(self, candidates: list[str]) -> str | None:
         """The candidate worker owning the most connections (ties: the oldest name)."""

@@ -1,4 +1,5 @@
-"""A local fleet: DynamoDB Local, an SQS endpoint, the seqfeed/1 feed and N worker processes.
+"""A local fleet: DynamoDB Local, an SQS endpoint, the seqfeed/1 feed and N worker processes; with
+`replays=True` also local replays of real feeds (Jetstream, Coinbase) for generic/1 connections.
 
 Every process is a child started in its own session and stopped by pid. The fleet is what
 `leaseworker local up` runs and what the system tests drive (kill, pause, terminate).
@@ -24,6 +25,7 @@ import aioboto3
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.local.admin_loop import AdminLoop
 from leaseworker.local.invariants import Delivered, read_events, read_sink_arrivals, resubscribed_after
+from leaseworker.local.replays import DEMO_FEEDS, GENERIC, DemoFeed, compact, demo_config, start_replay
 from leaseworker.local.services import (
     LOCAL_CREDENTIALS,
     ManagedProcess,
@@ -97,9 +99,12 @@ class Fleet:
         sink: str | None = None,
         lease_mode: str | None = None,
         kinesis_stream: str | None = None,
+        replays: bool = False,
     ) -> None:
         """`kinesis_stream`: deliver into a Kinesis stream of one shard on the fleet's moto
-        server instead of files, so that one arbiter (the shard) orders every record."""
+        server instead of files, so that one arbiter (the shard) orders every record.
+        `replays`: also start the real feeds' local replays (leaseworker.local.replays), so that
+        `add_demo_feeds` can add generic/1 connections beside the seqfeed/1 ones."""
         self.root = root
         self.lease_mode = lease_mode
         self.kinesis_stream = kinesis_stream
@@ -115,6 +120,9 @@ class Fleet:
         self.moto: ManagedProcess | None = None
         self.feed: ManagedProcess | None = None
         self.feed_url = ""
+        self.with_replays = replays
+        self.replays: dict[str, ManagedProcess] = {}  # feed name -> its replay process
+        self.replay_urls: dict[str, str] = {}  # feed name -> its ws URL
         self.queue_url: str | None = None
         self.workers: dict[str, WorkerProcess] = {}
         self._counter = 0
@@ -144,6 +152,11 @@ class Fleet:
         if self.kinesis_stream:
             self._create_stream(self.kinesis_stream)
         self._start_feed()
+        if self.with_replays:
+            for demo in DEMO_FEEDS:
+                if demo.feed not in self.replays:
+                    process, url = start_replay(demo, logs=self.logs, session_log=self.replay_log(demo.feed))
+                    self.replays[demo.feed], self.replay_urls[demo.feed] = process, url
         self._admin(lambda admin: admin.create_table())
 
     def stop(self) -> None:
@@ -155,12 +168,12 @@ class Fleet:
         if self._admin_loop is not None:
             self._admin_loop.close()
             self._admin_loop = None
-        for service in (self.feed, self.moto, self.dynamodb):
+        for service in (*self.replays.values(), self.feed, self.moto, self.dynamodb):
             if service is not None:
                 service.stop()
 
     def children(self) -> list[ManagedProcess]:
-        services = [s for s in (self.dynamodb, self.moto, self.feed) if s is not None]
+        services = [s for s in (self.dynamodb, self.moto, self.feed, *self.replays.values()) if s is not None]
         return services + [w.process for w in self.workers.values()]
 
     # ------------------------------------------------------------------ services
@@ -264,6 +277,29 @@ class Fleet:
     def add_connections(self, ids: list[str], **query: str) -> None:
         self._admin(lambda admin: _add_all(admin, [(cid, self.url_for(cid, **query)) for cid in ids]))
 
+    def replay_log(self, feed: str) -> Path:
+        """A replay's session log (the seqfeed/1 feed's format: leaseworker.local.replays)."""
+        return self.root / f"replay-{feed}-sessions.jsonl"
+
+    def session_logs(self) -> list[Path]:
+        """Every upstream's session log: the seqfeed/1 feed's, then each replay's."""
+        return [self.feed_log, *(self.replay_log(feed) for feed in self.replays)]
+
+    def add_demo_feeds(self, feeds: tuple[DemoFeed, ...] = DEMO_FEEDS) -> list[DemoFeed]:
+        """Add the generic/1 connections of the mixed fleet, each a preset against its replay."""
+        added = [feed for feed in feeds if feed.feed in self.replay_urls]
+        for feed in added:
+            self.add_generic(feed.connection_id, feed.preset, demo_config(feed, self.replay_urls[feed.feed]))
+        return added
+
+    def add_generic(self, connection_id: str, preset: str | None, config: dict[str, Any]) -> None:
+        url = str(config["connect"]["url"])
+        self._admin(
+            lambda admin: admin.add(
+                connection_id, url, protocol=GENERIC, protocol_config=compact(config), preset=preset
+            )
+        )
+
     def add_connection(self, connection_id: str, url: str) -> None:
         self._admin(lambda admin: admin.add(connection_id, url))
 
@@ -345,7 +381,8 @@ class Fleet:
         """Seconds from `after_ms` until the feed saw each of `ids` subscribed at a higher epoch
         than in `before` (a `leases()` reading); connections not yet resubscribed are absent."""
         epochs = {cid: before[cid][1] for cid in ids}
-        return resubscribed_after(read_events(self.feed_log), ids, after_ms, min_epoch=epochs)
+        events = [event for log in self.session_logs() for event in read_events(log)]
+        return resubscribed_after(events, ids, after_ms, min_epoch=epochs)
 
 
 def poll_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:

@@ -31,6 +31,7 @@ from rich.text import Text
 from leaseworker.lease.held_store import SESSION_HELD
 from leaseworker.local.events import Fault, FaultKind, FleetMonitor, fault_bound_s, fault_name
 from leaseworker.local.fleet import Fleet
+from leaseworker.local.replays import DemoFeed, protocol_label
 from leaseworker.local.stopping import StopSignals
 
 REFRESH_S = 0.5
@@ -47,6 +48,8 @@ STYLES = {
     "released": "cyan",
     "lost": "yellow",
     "self-fenced": "bold yellow",
+    "gap": "bold magenta",
+    "resumed": "bold blue",
     "note": "dim",
     "auto": "bold magenta",
 }
@@ -65,7 +68,9 @@ def session_text(state: str) -> Text:
 class AutoFaults:
     """The demo's script: once everything is owned, one child kill and one graceful terminate.
 
-    Each fault is followed by a replacement worker once its connections have moved.
+    Each fault is followed by a replacement worker once its connections have moved. In a mixed
+    fleet the kill hits the owner of the feed that cannot replay (its takeover is a gap marker),
+    and the terminate the owner of a replayable one not moved yet (it resumes with none).
     """
 
     enabled: bool
@@ -128,6 +133,7 @@ class LiveView:
         self.started = time.monotonic()
         self.ready_at: float | None = None
         self._next_connection = connections
+        self.demo_feeds: list[DemoFeed] = []
         self._printed = 0
         self._last_summary = 0.0
 
@@ -135,13 +141,26 @@ class LiveView:
 
     def run(self) -> None:
         self.fleet.add_connections([f"feed-{i:02d}" for i in range(self.n_connections)])
+        self.demo_feeds = self.fleet.add_demo_feeds() if self.fleet.with_replays else []
         for _ in range(self.n_workers):
             self.fleet.start_worker()
         t = self.fleet.timings
+        total = self.n_connections + len(self.demo_feeds)
         self.monitor.note(
-            f"{self.n_workers} workers, {self.n_connections} connections; FAST timings: lease "
+            f"{self.n_workers} workers, {total} connections; FAST timings: lease "
             f"{t.lease_seconds:g} s, heartbeat {t.heartbeat_seconds:g} s, reconcile {t.reconcile_seconds:g} s"
         )
+        if self.demo_feeds:
+            feeds = "; ".join(
+                f"{d.connection_id} = generic/1 [{d.preset}] on the local {d.feed} replay "
+                + (
+                    "(replays from a cursor: a takeover loses nothing)"
+                    if d.resumable
+                    else "(cannot replay: every takeover is a gap marker)"
+                )
+                for d in self.demo_feeds
+            )
+            self.monitor.note(f"{self.n_connections} seqfeed/1 connections, and {feeds}")
         if self.auto.enabled:
             self.monitor.note(
                 f"in {AUTO_FIRST_FAULT_S:.0f} s: one SIGKILL, then one SIGTERM, each followed by a "
@@ -257,7 +276,7 @@ class LiveView:
                 auto.at = self.ready_at + AUTO_FIRST_FAULT_S
             if now < auto.at:
                 return
-            target = self.target()
+            target = self._auto_target(auto.phase)
             if target is None:
                 return
             if auto.phase == 0:
@@ -289,12 +308,32 @@ class LiveView:
         if auto.phase >= 4:
             self.monitor.note("auto faults done: now try k, p, t, a, c, s yourself", "auto")
 
+    def _auto_target(self, phase: int) -> str | None:
+        """The busiest live worker; in a mixed fleet, first the one holding the most demo feeds
+        that cannot replay (phase 0), then the most that no fault has moved yet (phase 2)."""
+        alive = self.alive()
+        moved = {cid for fault in self.monitor.faults for cid in fault.epochs}
+        wanted = [
+            d.connection_id
+            for d in self.demo_feeds
+            if (not d.resumable if phase == 0 else d.connection_id not in moved)
+        ]
+        held: dict[str, int] = {}
+        for cid in wanted:
+            owner = self.monitor.items.get(cid, {}).get("lease_owner")
+            if owner in alive:
+                held[str(owner)] = held.get(str(owner), 0) + 1
+        if held:
+            most = max(held.values())
+            return self.monitor.busiest(sorted(n for n, count in held.items() if count == most))
+        return self.target()
+
     # ------------------------------------------------------------------ rendering
 
     def render(self) -> RenderableType:
         workers = self._workers_table()
         conns = self._connections_table()
-        if self.console.width >= 150:
+        if self.console.width >= 200:  # the connections table alone is about 110 wide
             grid = Table.grid(padding=(0, 3))
             grid.add_row(workers, conns)
             body: RenderableType = grid
@@ -334,6 +373,12 @@ class LiveView:
             f"  up {int(up) // 60:02d}:{int(up) % 60:02d}  ·  DynamoDB Local {self.fleet.endpoint}  ·  "
             f"feed {self.fleet.feed_url}  ·  sink {self.fleet.sink_dir}\n"
         )
+        if self.fleet.replay_urls:
+            text.append(
+                "replays: "
+                + "  ·  ".join(f"{feed} {url}" for feed, url in self.fleet.replay_urls.items())
+                + "\n"
+            )
         text.append(
             f"FAST timings: lease {t.lease_seconds:g} s, heartbeat {t.heartbeat_seconds:g} s, reconcile "
             f"{t.reconcile_seconds:g} s, skew {t.max_clock_skew_ms} ms → a crashed worker child's "
@@ -377,8 +422,12 @@ class LiveView:
 
     def _connections_table(self) -> Table:
         table = Table(box=box.SIMPLE_HEAD, title="connections", title_justify="left", pad_edge=False)
-        for column in ("connection", "state", "owner", "epoch", "last_seq", "lag", "lease", "last_error"):
-            table.add_column(column, justify="right" if column in ("epoch", "last_seq", "lag") else "left")
+        numbers = ("epoch", "last_seq", "lag", "gaps")
+        columns = ("connection", "state", "owner", "epoch", "last_seq", "lag", "protocol", "gaps", "lease")
+        for column in (*columns, "last_error"):
+            table.add_column(
+                column, justify="right" if column in numbers else "left", no_wrap=column != "last_error"
+            )
         now = time.time() * 1000
         for cid, item in sorted(self.monitor.items.items()):
             expires = int(item.get("lease_expires_at_ms", 0) or 0)
@@ -392,6 +441,9 @@ class LiveView:
             else:
                 lease = Text(f"expired {(now - expires) / 1000:.1f} s", "red")
             lag = self.monitor.lag(cid)
+            protocol = protocol_label(item)
+            conn = self.monitor.conn_stats.get(cid)
+            gaps = "-" if protocol == "seqfeed/1" else str(conn.gaps if conn else 0)
             table.add_row(
                 cid,
                 str(item.get("desired_state", "?")),
@@ -399,6 +451,8 @@ class LiveView:
                 str(item.get("lease_epoch", 0)),
                 str(item.get("last_seq", -1)),
                 "-" if lag is None else str(lag),
+                Text(protocol, "dim" if protocol == "seqfeed/1" else "bold"),
+                gaps,
                 lease,
                 str(item.get("last_error") or ""),
             )
@@ -428,8 +482,10 @@ class LiveView:
             "lag = highest seq in the sink − checkpoint (last_seq): delivered, not yet checkpointed. "
             "hb age, load, session: from each worker's session item (its last heartbeat; fenced "
             "confirmed = its supervisor saw it die, suspected = a peer saw its heartbeat stop). "
-            "taken over / handed off = signal → new subscribe seen by the feed. self-fenced comes "
-            "from the worker's own log.",
+            "taken over / handed off = signal → new subscribe seen by the feed (or replay). self-fenced "
+            "comes from the worker's own log. gap = a gap marker in the sink (a feed that cannot replay "
+            "marks every hole: reason, duration, cursors before→after); resumed = a replayable feed "
+            "moved without one. generic/1 last_seq counts per epoch from 0.",
             style="dim",
         )
         return text
