@@ -10,6 +10,7 @@ saw the Ctrl-C). So the test also runs the command with SIGINT ignored, as such 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -98,9 +99,14 @@ def test_live_view_keys_and_ctrl_c(tmp_path: Path, marker: str, sigint: str) -> 
         screen.expect("connection +state +owner +epoch +last_seq +lag")
         screen.expect(r"feed-0\d +STARTED +w\d +1 ")  # a connection row with an owner at epoch 1
         screen.expect(r"w\d +\d+ +alive +\d+ +\d+ +\d+ +\d+\.\d s +live ")  # a session's load and age
-        screen.expect("all 6 connections owned")
+        # The mixed fleet: the protocol column, and the two real feeds' replays beside the 6.
+        screen.expect("connection +state +owner +epoch +last_seq +lag +protocol +gaps +lease")
+        screen.expect(r"coinbase-1 +STARTED +w\d +\d+ .*generic/1 \[coinbase-exchange\]")
+        screen.expect(r"feed-0\d +STARTED +w\d +\d+ .*seqfeed/1 +- ")
+        screen.expect(r"jetstream-1 +STARTED +w\d +\d+ .*generic/1 \[jetstream\] +0 ")
+        screen.expect("all 8 connections owned")  # 6 seqfeed/1 + jetstream-1 + coinbase-1
         running = processes_with_marker(marker)
-        assert len(running) >= 6, running  # DynamoDB Local, moto, the feed, three workers
+        assert len(running) >= 8, running  # DynamoDB Local, moto, the feed, 2 replays, three workers
 
         child.send("k")
         victim = screen.expect(r"SIGKILL child (w\d) \(held").group(1)
@@ -122,3 +128,65 @@ def test_live_view_keys_and_ctrl_c(tmp_path: Path, marker: str, sigint: str) -> 
     assert child.exitstatus == 0, (child.exitstatus, child.signalstatus)
     assert exited_s <= EXITED_S, exited_s
     assert left == [], left
+    # The generic/1 connections were delivered: their records are in the sink.
+    records = _sink(tmp_path)
+    assert any(r["kind"] == "data" for r in records["jetstream-1"]), "no jetstream-1 data in the sink"
+    assert any(r["kind"] == "data" for r in records["coinbase-1"]), "no coinbase-1 data in the sink"
+    assert records["coinbase-1"][0]["kind"] == "gap"  # a feed that cannot replay: marked from the start
+    assert not [r for r in records["jetstream-1"] if r["kind"] == "gap"]
+
+
+def _sink(root: Path) -> dict[str, list[dict[str, object]]]:
+    """Every sink record by connection, each file in its order, files by name."""
+    records: dict[str, list[dict[str, object]]] = {}
+    for path in sorted((root / "sink").glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            records.setdefault(str(record["connection_id"]), []).append(record)
+    for items in records.values():
+        items.sort(key=lambda r: (int(str(r["epoch"])), int(str(r["seq"]))))
+    return records
+
+
+def test_live_view_scripted_faults_mark_the_feed_that_cannot_replay(tmp_path: Path, marker: str) -> None:
+    """The demo's script (auto faults) in a mixed fleet: its SIGKILL hits coinbase-1's owner, and
+    the takeover shows as a gap event with the trade ids around the hole; jetstream-1 moves too
+    (in the kill or the SIGTERM) and resumes from its cursor with no gap marker."""
+    env = {**os.environ, MARKER_VAR: marker, "TERM": "xterm-256color"}
+    child = pexpect.spawn(
+        str(LEASEWORKER),
+        ["local", "up", "--workers", "3", "--connections", "4", "--root", str(tmp_path)],
+        env=env,
+        dimensions=(70, 160),
+        encoding="utf-8",
+        timeout=60,
+    )
+    screen = Screen(child)
+    try:
+        screen.expect(r"gap +coinbase-1 connect \(nothing delivered before; next trade \d+\)")
+        screen.expect(r"auto 1/2: SIGKILL w\d's worker child", timeout=60)
+        screen.expect(r"SIGKILL child w\d \(held \d+: coinbase-1")
+        screen.expect(r"auto faults done", timeout=90)
+        child.send("q")
+        screen.expect("stopped: every process this command started has exited", timeout=EXITED_S + 5)
+        child.expect(pexpect.EOF, timeout=EXITED_S)
+        child.wait()
+        left = processes_with_marker(marker)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0, (child.exitstatus, child.signalstatus)
+    assert left == [], left
+    text = screen.text
+    assert re.search(
+        r"gap +coinbase-1 takeover ≈?\d+\.\d s \(trade BTC-USD \d+, ETH-USD \d+ → \d+\)", text
+    ), text[-3000:]
+    assert re.search(r"coinbase-1 taken over w\d → w\d in \d+\.\d\d s", text), text[-3000:]
+    assert re.search(
+        r"resumed +jetstream-1 resumed by w\d at epoch \d+ from time_us \d+, no gap marker", text
+    )
+    assert not re.search(r"gap +jetstream-1", text)
+    records = _sink(tmp_path)
+    takeovers = [r for r in records["coinbase-1"] if r["kind"] == "gap" and r["data"]["reason"] == "takeover"]  # type: ignore[index]
+    assert takeovers, records["coinbase-1"][:3]
+    assert not [r for r in records["jetstream-1"] if r["kind"] == "gap"]
+    assert max(int(str(r["epoch"])) for r in records["jetstream-1"]) >= 2  # it did move

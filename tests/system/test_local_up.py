@@ -83,3 +83,42 @@ def test_failover_scenario_json(tmp_path: Path, marker: str) -> None:
     assert len(summary["pids"]) >= 3 + 3 + 4  # services, workers, replacements
     assert [pid for pid in summary["pids"] if alive(pid)] == []
     assert processes_with_marker(marker) == []
+
+
+def test_local_up_plain_mixed_fleet(tmp_path: Path, marker: str) -> None:
+    """`local up` without a terminal (plain lines) runs the mixed fleet: the seqfeed/1 connections
+    and the two generic/1 ones on the Jetstream and Coinbase replays, all delivered to the sink;
+    the replays are children like the rest, stopped with the fleet."""
+    env = {**os.environ, MARKER_VAR: marker}
+    root = tmp_path / "fleet"
+    done = subprocess.run(
+        [
+            *(str(LEASEWORKER), "local", "up", "--no-auto-faults", "--duration", "12"),
+            *("--connections", "3", "--workers", "2", "--root", str(root)),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "all 5 connections owned" in done.stdout, done.stdout
+    assert "jetstream-1 = generic/1 [jetstream]" in done.stdout
+    assert "coinbase-1 = generic/1 [coinbase-exchange]" in done.stdout
+    assert "gap         coinbase-1 connect (nothing delivered before; next trade" in done.stdout
+    kinds: dict[str, dict[str, int]] = {}
+    for path in (root / "sink").glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            counts = kinds.setdefault(record["connection_id"], {})
+            counts[record["kind"]] = counts.get(record["kind"], 0) + 1
+    assert set(kinds) == {"feed-00", "feed-01", "feed-02", "jetstream-1", "coinbase-1"}, kinds
+    assert kinds["jetstream-1"].get("data", 0) > 10 and "gap" not in kinds["jetstream-1"], kinds
+    assert kinds["coinbase-1"].get("data", 0) > 10 and kinds["coinbase-1"].get("gap", 0) >= 1, kinds
+    # The replays logged each subscription with its connection, epoch and worker (the clock for
+    # generic/1 takeover times).
+    for feed, cid in (("jetstream", "jetstream-1"), ("coinbase-exchange", "coinbase-1")):
+        lines = [json.loads(x) for x in (root / f"replay-{feed}-sessions.jsonl").read_text().splitlines()]
+        assert any(e["event"] == "subscribe" and e["connection_id"] == cid and e["epoch"] >= 1 for e in lines)
+    assert processes_with_marker(marker) == []

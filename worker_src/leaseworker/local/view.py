@@ -333,7 +333,7 @@ class LiveView:
     def render(self) -> RenderableType:
         workers = self._workers_table()
         conns = self._connections_table()
-        if self.console.width >= 200:  # the connections table alone is about 110 wide
+        if self.console.width >= 220:  # the connections table alone is about 125 wide
             grid = Table.grid(padding=(0, 3))
             grid.add_row(workers, conns)
             body: RenderableType = grid
@@ -460,8 +460,9 @@ class LiveView:
 
     def _events(self, room: int) -> Table:
         table = Table(box=None, title="events", title_justify="left", show_header=False, pad_edge=False)
-        table.add_column("t", style="dim", no_wrap=True)
-        table.add_column("kind", no_wrap=True)
+        # Fixed widths for the stamp and the kind: a long event text is cut, never they.
+        table.add_column("t", style="dim", no_wrap=True, min_width=10)
+        table.add_column("kind", no_wrap=True, min_width=11)
         table.add_column("what", no_wrap=True, overflow="ellipsis")
         for event in list(self.monitor.events)[-room:]:
             style = STYLES.get(event.kind, "")
