@@ -20,6 +20,7 @@ query (`expiry < now - skew`) never returns it, and holding it writes nothing pe
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from botocore.exceptions import ClientError
 
 from leaseworker.lease.attribute_values import failed_item, number, text
 from leaseworker.lease.batch_get import batch_get_items
+from leaseworker.lease.errors import AcquireUncertain, StoreThrottled, StoreUnavailable
 from leaseworker.lease.model import NO_CHECKPOINT, STARTED, ConnectionItem, Lease, MalformedItem
 from leaseworker.lease.store import (
     COND_ACQUIRE,
@@ -201,6 +203,7 @@ class SessionHeldStore:
         resume_seq: int = NO_CHECKPOINT,
         expires_at_ms: int = SESSION_HELD,
     ) -> AcquireResult:
+        sent_at = time.monotonic()
         try:
             response = await call_with_deadline(
                 self._client.update_item(
@@ -221,7 +224,21 @@ class SessionHeldStore:
                 self._call_timeout,
             )
         except ClientError as error:
-            return _lost(failed_item(error))
+            lost = _lost(failed_item(error))
+            if lost.holder == me:
+                # Our own write, applied by an earlier attempt whose reply was lost (the SDK
+                # retried): not a race we lost. The caller reads it back (review 2026-12-05, A, I).
+                raise AcquireUncertain(
+                    lost.reason, connection_id=connection_id, sent_at=sent_at, expires_at_ms=expires_at_ms
+                ) from None
+            return lost
+        except (StoreUnavailable, StoreThrottled) as error:
+            # Timed out, or a retry throttled after an attempt that may have landed: DynamoDB may
+            # have applied it. Never "failed": an applied claim names our session, which does not
+            # expire, so it must be read back and adopted or released.
+            raise AcquireUncertain(
+                str(error), connection_id=connection_id, sent_at=sent_at, expires_at_ms=expires_at_ms
+            ) from error
         old = response.get("Attributes", {})
         lease = Lease(
             connection_id=connection_id,

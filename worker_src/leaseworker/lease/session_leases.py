@@ -20,7 +20,7 @@ from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.errors import AcquireUncertain, StoreError
 from leaseworker.lease.held_store import SESSION_HELD, OwnedConnection, SessionHeldStore
 from leaseworker.lease.liveness import SessionValidity
-from leaseworker.lease.model import STOPPED, ConnectionItem, Lease
+from leaseworker.lease.model import NO_CHECKPOINT, STARTED, STOPPED, ConnectionItem, Lease, MalformedItem
 from leaseworker.lease.ownership import Progress, RoundResult
 from leaseworker.lease.store import GSI_BY_STATE_EXPIRY, Acquired, AcquireResult, LeaseStore, Lost, Renewed
 from leaseworker.settings import LeaseMode, Settings
@@ -73,7 +73,41 @@ class SessionLeases:
         )
 
     async def resolve_uncertain(self, uncertain: AcquireUncertain) -> Acquired | None:
-        return None  # claim_free raises no AcquireUncertain: its lost replies expire with the session
+        """A claim whose reply was lost (a timeout, or an SDK retry that met our own write): read
+        the item back. An item held by our session never expires, so an applied claim nobody
+        serves would be stranded for the worker's lifetime (review 2026-12-05, A)."""
+        try:
+            item = await self._store.get(uncertain.connection_id)
+        except MalformedItem:
+            return None
+        return await self.adopt(item)
+
+    async def adopt(self, item: ConnectionItem | None, *, entry_seq: int = NO_CHECKPOINT) -> Acquired | None:
+        """`item` names our session, but nothing of ours serves it: serve it from its effective
+        checkpoint (max of the item's `last_seq` and our entry `entry_seq` at its epoch), or, if
+        it cannot be served (STOPPED, our session not valid, not session-held), release it with
+        that checkpoint, conditional on owner and epoch. None unless adopted.
+
+        Adopting at the item's epoch is safe: no other worker can deliver it without a claim,
+        which would change the epoch, and our session's deadline bounds our own delivery."""
+        if item is None or item.lease_owner != self._me:
+            return None
+        effective = max(item.last_seq, entry_seq)
+        valid_until = self._valid_until()
+        if (
+            item.lease_expires_at_ms == SESSION_HELD
+            and item.desired_state == STARTED
+            and valid_until is not None
+        ):
+            lease = Lease(item.connection_id, item.lease_epoch, self._me, item.ws_url, effective, valid_until)
+            return Acquired(lease, None)
+        lease = Lease(item.connection_id, item.lease_epoch, self._me, item.ws_url, item.last_seq, 0.0)
+        await self._held.release(lease, effective)
+        return None
+
+    async def own_entries(self) -> dict[str, tuple[int, int]]:
+        """Our own checkpoint item's entries (a consistent read)."""
+        return await self._checkpoints.read(self._me)
 
     async def renew(self, lease: Lease, *, timeout: float) -> Renewed:
         return Renewed()  # the session heartbeat renews every session-held lease at once
