@@ -80,6 +80,9 @@ class MetricName(StrEnum):
     ProtocolErrors = "ProtocolErrors"
     ReplaysDropped = "ReplaysDropped"  # overlapping replay frames (seq <= last delivered), §4.5
     CheckpointLagSeq = "CheckpointLagSeq"
+    # The audit (worker/audit.py) found the table and our registry disagreeing, and repaired it:
+    # a bug in our code or a lost DynamoDB reply. Any repair is worth an operator's look.
+    LeasesRepaired = "LeasesRepaired"
 
 
 MetricKind = Literal["counter", "observation", "gauge"]
@@ -103,6 +106,7 @@ METRIC_KINDS: dict[MetricName, MetricKind] = {
     MetricName.ProtocolErrors: "counter",
     MetricName.ReplaysDropped: "counter",
     MetricName.CheckpointLagSeq: "observation",
+    MetricName.LeasesRepaired: "counter",
 }
 
 METRIC_UNITS: dict[MetricName, MetricUnit] = {

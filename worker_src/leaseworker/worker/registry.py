@@ -11,7 +11,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from leaseworker.lease.model import DEADLINE_PASSED, Lease, LeaseState
+from leaseworker.lease.model import HAND_BACK_REASONS, Lease, LeaseState
 from leaseworker.worker.session import ConnectionSession
 
 
@@ -54,11 +54,12 @@ class Registry:
         return [o for o in self.owned.values() if o.lease.state in (LeaseState.HELD, LeaseState.RELEASING)]
 
     def lapsed(self) -> list[Owned]:
-        """Leases lost only to our own deadline, not yet settled (session mode hands them back)."""
+        """Leases lost to us while their item may still name us (our own deadline, an upstream's
+        stale_epoch), not yet settled: session mode hands them back (worker/settle.py)."""
         return [
             o
             for o in self.owned.values()
-            if o.lease.state is LeaseState.LOST and o.lease.end_reason == DEADLINE_PASSED
+            if o.lease.state is LeaseState.LOST and o.lease.end_reason in HAND_BACK_REASONS
         ]
 
     def __len__(self) -> int:

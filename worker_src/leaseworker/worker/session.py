@@ -27,7 +27,7 @@ from typing import NoReturn
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from leaseworker.lease.model import DEADLINE_PASSED, Lease, LeaseState
+from leaseworker.lease.model import DEADLINE_PASSED, UPSTREAM_STALE_EPOCH, Lease, LeaseState
 from leaseworker.no_linger import send_deadline
 from leaseworker.observability.logging import get_logger, log_context
 from leaseworker.observability.metrics import MetricName, WorkerMetrics
@@ -301,9 +301,11 @@ class ConnectionSession:
 
     async def _error_frame(self, frame: ErrorFrame) -> str:
         if frame.code == STALE_EPOCH:
-            # The upstream has seen a newer epoch: someone else owns this connection now.
-            self.lose(f"upstream says stale epoch: {frame.message}")
-            raise _Stop(SessionResult(Outcome.LOST, "stale epoch"))
+            # The upstream has seen a newer epoch: deliver nothing more. The item may still name
+            # us, so the settler hands it back conditionally (review 2026-12-05, E).
+            logger.warning("upstream says stale epoch", extra={"upstream_message": frame.message})
+            self.lose(UPSTREAM_STALE_EPOCH)
+            raise _Stop(SessionResult(Outcome.LOST, UPSTREAM_STALE_EPOCH))
         logger.warning("upstream error frame", extra={"code": frame.code, "upstream_message": frame.message})
         await self._failures(self.lease, f"upstream error {frame.code}: {frame.message}")
         return f"upstream error {frame.code}"
