@@ -57,6 +57,11 @@ _CLAIM_WITH_SEQ = (
     "SET lease_owner = :me, lease_expires_at_ms = :expires, updated_at_ms = :now, last_seq = :resume "
     "ADD lease_epoch :one"
 )
+COND_DEAD_HOLDS = "lease_owner = :dead AND lease_epoch = :epoch"
+_FREE = "SET lease_expires_at_ms = :zero, updated_at_ms = :now REMOVE lease_owner"
+_FREE_WITH_SEQ = (
+    "SET lease_expires_at_ms = :zero, updated_at_ms = :now, last_seq = :resume REMOVE lease_owner"
+)
 _OWNED_PROJECTION = "connection_id, lease_owner, lease_epoch, last_seq, lease_expires_at_ms, desired_state"
 
 
@@ -181,6 +186,42 @@ class SessionHeldStore:
             if text(item, "lease_owner") == worker
         ]
         return sorted(owned, key=lambda c: c.connection_id)
+
+    async def free_for(self, connection: OwnedConnection, *, dead: str, resume_seq: int) -> bool:
+        """Free a fenced session's connection that nobody will claim (it is STOPPED), keeping the
+        dead holder's newer checkpoint: `last_seq = max(item's, resume_seq)`, as a claim from
+        the dead does, so the effective checkpoint never moves back (review 2026-12-05, C1).
+        False if `dead` no longer holds it at that epoch."""
+        values: dict[str, Any] = {
+            ":dead": {"S": dead},
+            ":epoch": {"N": str(connection.epoch)},
+            ":zero": {"N": "0"},
+            ":now": {"N": str(now_ms())},
+        }
+        attempts = [(_FREE, COND_DEAD_HOLDS, values)]
+        if resume_seq > connection.last_seq:
+            with_seq = values | {":resume": {"N": str(resume_seq)}}
+            attempts.insert(0, (_FREE_WITH_SEQ, f"{COND_DEAD_HOLDS} AND {COND_NOT_BEHIND}", with_seq))
+        for update, condition, attempt_values in attempts:
+            try:
+                await call_with_deadline(
+                    self._client.update_item(
+                        TableName=self._table,
+                        Key={"connection_id": {"S": connection.connection_id}},
+                        UpdateExpression=update,
+                        ConditionExpression=condition,
+                        ExpressionAttributeValues=attempt_values,
+                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    ),
+                    self._call_timeout,
+                )
+                return True
+            except ClientError as error:
+                old = failed_item(error)
+                if text(old, "lease_owner") != dead or number(old, "lease_epoch") != connection.epoch:
+                    return False
+                # Still dead's at that epoch: the item is already past resume_seq; free it as is.
+        return False
 
     async def release(self, lease: Lease, last_seq: int | None) -> bool:
         return await self._leases.release(lease, last_seq)

@@ -37,7 +37,6 @@ from leaseworker.lease.liveness import (
     Verdict,
     read_listing,
 )
-from leaseworker.lease.model import NO_CHECKPOINT, Lease
 from leaseworker.lease.ownership import Ownership
 from leaseworker.lease.rendezvous import claim_delay
 from leaseworker.lease.session_store import SessionStore
@@ -258,11 +257,10 @@ class PeerWatch:
             # Our share grows before we claim our part. This runs inside a round (the listing
             # lock held, the listing just made) or for a hint that must not wait for one.
             await self._acquirer.refresh_share(list_after_count=False)
-        for stopped in (c for c in held if not c.started and (confirmed or c.session_held)):
-            await self._release_for(dead, stopped)  # nobody will claim it: free it for `remove`
+        stopped = [c for c in held if not c.started and (confirmed or c.session_held)]
         claimable = [c for c in claimable if not self._registry.busy(c.connection_id)]
         claimable = [c for c in claimable if c.connection_id not in self._scheduled]
-        if not claimable or self._stop.is_set():
+        if not (stopped or claimable) or self._stop.is_set():
             return
         try:
             entries = await self._checkpoints.read(dead)
@@ -270,6 +268,12 @@ class PeerWatch:
             logger.warning(
                 "could not read a fenced peer's checkpoints", extra={"peer": dead, "error": str(error)}
             )
+            return
+        for connection in stopped:  # nobody will claim it: free it for `remove`, checkpoint kept
+            await self._release_for(
+                dead, connection, resume_seq(entries, connection.connection_id, connection.epoch)
+            )
+        if not claimable:
             return
         assert self._group is not None
         for connection in claimable:
@@ -326,10 +330,9 @@ class PeerWatch:
             await self._relay.pass_on(connection_id)
         return False
 
-    async def _release_for(self, dead: str, connection: OwnedConnection) -> None:
-        lease = Lease(connection.connection_id, connection.epoch, dead, "", NO_CHECKPOINT, 0.0)
+    async def _release_for(self, dead: str, connection: OwnedConnection, resume: int) -> None:
         try:
-            await self._ownership.release(lease, None)
+            await self._held.free_for(connection, dead=dead, resume_seq=resume)
         except StoreError as error:
             logger.warning("could not free a fenced peer's stopped connection", extra={"error": str(error)})
 
