@@ -12,10 +12,12 @@ STOPPED items still carrying the marker (normally none; each is released within 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from leaseworker.lease.attribute_values import PURGE_AFTER_SECONDS
 from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.errors import AcquireUncertain, StoreError
 from leaseworker.lease.held_store import SESSION_HELD, OwnedConnection, SessionHeldStore
@@ -24,6 +26,9 @@ from leaseworker.lease.model import NO_CHECKPOINT, STARTED, STOPPED, ConnectionI
 from leaseworker.lease.ownership import Progress, RoundResult
 from leaseworker.lease.store import GSI_BY_STATE_EXPIRY, Acquired, AcquireResult, LeaseStore, Lost, Renewed
 from leaseworker.settings import LeaseMode, Settings
+
+# A quarter of the checkpoint item's TTL: three chances to refresh it before it could expire.
+CHECKPOINT_REFRESH_SECONDS = PURGE_AFTER_SECONDS / 4
 
 
 class SessionLeases:
@@ -43,6 +48,7 @@ class SessionLeases:
         self._validity = validity
         self._settings = settings
         self._me = settings.worker_id
+        self._written_at = -math.inf  # monotonic: our last checkpoint write that landed
 
     def _valid_until(self) -> float | None:
         return self._validity.valid_until if self._validity.is_valid(time.monotonic()) else None
@@ -113,8 +119,13 @@ class SessionLeases:
         return Renewed()  # the session heartbeat renews every session-held lease at once
 
     async def checkpoint_round(self, progress: Sequence[Progress]) -> RoundResult:
-        """Every live lease's (epoch, seq) in one write, when any of them advanced."""
-        if not any(entry.advanced for entry in progress):
+        """Every live lease's (epoch, seq) in one write, when any of them advanced, or when the
+        item's TTL needs refreshing: a write sets `purge_at` (PURGE_AFTER_SECONDS ahead), and a
+        worker whose feeds all stay idle for longer than that (a long market holiday) must not
+        have its only fresh checkpoints deleted under it (review 2026-12-05, C3). So while
+        anything is held the map is rewritten at least every CHECKPOINT_REFRESH_SECONDS."""
+        stale = time.monotonic() - self._written_at >= CHECKPOINT_REFRESH_SECONDS
+        if not any(entry.advanced for entry in progress) and not (progress and stale):
             return RoundResult(frozenset(), frozenset())
         valid_until = self._valid_until()
         if valid_until is None:
@@ -126,6 +137,8 @@ class SessionLeases:
             )
         except StoreError:
             return RoundResult(frozenset(), frozenset())
+        if ok:
+            self._written_at = time.monotonic()
         ids = frozenset(entries)
         # Refused only when our session is fenced: every lease is gone (the heartbeat stops us).
         return RoundResult(ids, frozenset()) if ok else RoundResult(frozenset(), ids)

@@ -64,8 +64,9 @@ class Checkpointer:
                 for o in live
                 if o.session.delivered_seq > o.session.checkpointed_seq
             ]
-        if not any(entry.advanced for entry in progress):
-            return
+        session_mode = self._settings.lease_mode == "session"
+        if not progress or not (session_mode or any(entry.advanced for entry in progress)):
+            return  # session mode decides itself: it also refreshes its item's TTL (C3)
         for entry in progress:
             if entry.advanced:
                 self._metrics.observe(
