@@ -144,12 +144,9 @@ class SessionHeldStore:
             expires_at_ms=expires_at_ms,
         )
 
-    async def owned_by(self, worker: str) -> list[OwnedConnection]:
-        """The connections `worker` holds: one `by-owner` query, then reads of those items.
-
-        The index is KEYS_ONLY, so it gives ids, not epochs; the BatchGetItem (0.5 read unit per
-        item) also checks the index was not stale (the owner must still be `worker`).
-        """
+    async def owner_ids(self, worker: str) -> list[str]:
+        """The ids the `by-owner` index lists for `worker` (KEYS_ONLY, eventually consistent:
+        0.5 read unit per 4 KB of index entries, about 50 bytes each)."""
         ids: list[str] = []
         start_key: dict[str, Any] | None = None
         while True:
@@ -166,6 +163,15 @@ class SessionHeldStore:
             start_key = response.get("LastEvaluatedKey")
             if not start_key:
                 break
+        return ids
+
+    async def owned_by(self, worker: str) -> list[OwnedConnection]:
+        """The connections `worker` holds: one `by-owner` query, then reads of those items.
+
+        The index is KEYS_ONLY, so it gives ids, not epochs; the BatchGetItem (0.5 read unit per
+        item) also checks the index was not stale (the owner must still be `worker`).
+        """
+        ids = await self.owner_ids(worker)
         items = await batch_get_items(
             self._client,
             self._table,

@@ -22,6 +22,7 @@ class Owned:
     acquired_at: float = field(default_factory=time.monotonic)
     next_renewal: float = 0.0  # monotonic; connection mode renews each lease on its own schedule
     renewing: bool = False
+    settling: bool = False  # the session ended; its release or failure mark is being written
 
     @property
     def lease(self) -> Lease:
