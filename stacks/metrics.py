@@ -29,6 +29,7 @@ CHECKPOINT_LAG_SEQ = "CheckpointLagSeq"
 TAKEOVERS_BY_FENCE = "TakeoversByFence"
 TAKEOVERS_BY_EXPIRY = "TakeoversByExpiry"
 REPLAYS_DROPPED = "ReplaysDropped"
+LEASES_REPAIRED = "LeasesRepaired"
 
 # Every metric name of DESIGN.md §8, in the order the dashboard shows them.
 ALL_METRICS: tuple[str, ...] = (
@@ -49,6 +50,7 @@ ALL_METRICS: tuple[str, ...] = (
     PROTOCOL_ERRORS,
     REPLAYS_DROPPED,
     CHECKPOINT_LAG_SEQ,
+    LEASES_REPAIRED,
 )
 
 # The only dimension; must equal what Powertools emits.
