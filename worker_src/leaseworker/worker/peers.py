@@ -109,6 +109,7 @@ class PeerWatch:
         self._listing = asyncio.Lock()
         self._listed_at = -math.inf
         self._fenced: dict[str, SessionInfo] = {}  # peers seen fenced, until their session is reaped
+        self._empty_since: dict[str, float] = {}  # fenced peer -> monotonic first sight holding nothing
 
     @property
     def orphaned(self) -> int:
@@ -166,9 +167,7 @@ class PeerWatch:
                     continue
                 if verdict.state is PeerState.DEAD and await self._fence(verdict):
                     last_beat = verdict.session.updated_at_ms if verdict.session else now_ms()
-                    await self._take_over(
-                        verdict.worker_id, SUSPECTED, last_beat, self._live, fenced_at_ms=now_ms()
-                    )
+                    await self._take_over(verdict.worker_id, SUSPECTED, last_beat, self._live)
                 elif verdict.worker_id in self._fenced:
                     await self._take_over_fenced(verdict.worker_id, self._fenced[verdict.worker_id])
 
@@ -219,7 +218,7 @@ class PeerWatch:
         # exit within a second; a suspicion, the last heartbeat.
         since = session.fenced_at_ms if kind == CONFIRMED else session.updated_at_ms
         # claim_delay ranks us even when our own session is not listed yet.
-        await self._take_over(dead, kind, since or now_ms(), self._live, fenced_at_ms=session.fenced_at_ms)
+        await self._take_over(dead, kind, since or now_ms(), self._live)
 
     async def _fence(self, verdict: Verdict) -> bool:
         reason = f"hb {verdict.hb} unchanged for {verdict.still_for:.1f} s on {self._me}'s clock"
@@ -236,9 +235,7 @@ class PeerWatch:
             logger.warning("fenced a silent peer", extra={"peer": verdict.worker_id, "reason": reason})
         return fenced
 
-    async def _take_over(
-        self, dead: str, kind: str, since_ms: int, live: list[str], *, fenced_at_ms: int | None
-    ) -> None:
+    async def _take_over(self, dead: str, kind: str, since_ms: int, live: list[str]) -> None:
         try:
             held = await self._held.owned_by(dead)
         except StoreError as error:
@@ -248,8 +245,9 @@ class PeerWatch:
             return
         if not held:
             self._orphaned.pop(dead, None)
-            await self._reap(dead, fenced_at_ms)
+            await self._reap(dead)
             return
+        self._empty_since.pop(dead, None)  # it holds something: the reap's wait starts again
         confirmed = kind == CONFIRMED
         claimable = [c for c in held if c.started and (confirmed or c.session_held)]
         if self._orphaned.get(dead) != len(claimable):
@@ -336,9 +334,15 @@ class PeerWatch:
         except StoreError as error:
             logger.warning("could not free a fenced peer's stopped connection", extra={"error": str(error)})
 
-    async def _reap(self, dead: str, fenced_at_ms: int | None) -> None:
-        age_ms = now_ms() - (fenced_at_ms or now_ms())
-        if age_ms < REAP_AFTER_LEASES * self._settings.lease_seconds * 1000:
+    async def _reap(self, dead: str) -> None:
+        """Reap a fenced session only once it has held nothing for REAP_AFTER_LEASES lease
+        periods on OUR monotonic clock (two empty listings at least that far apart). Its
+        `fenced_at_ms` came from another host's wall clock, and `owned_by` reads a lagging
+        index: a claim of the dead worker's that lands (or is indexed) after the reap is held by
+        a session that no longer exists (review 2026-12-05, D)."""
+        now = time.monotonic()
+        first_empty = self._empty_since.setdefault(dead, now)
+        if now - first_empty < REAP_AFTER_LEASES * self._settings.lease_seconds:
             return
         try:
             if await self._sessions.reap(dead):
