@@ -335,11 +335,11 @@ async def test_the_kinesis_client_has_no_sdk_retry_and_a_sized_pool() -> None:
     async with session.client(
         "kinesis", region_name=REGION, endpoint_url="http://127.0.0.1:9", config=kinesis_client_config()
     ) as kinesis:
-        assert kinesis.meta.config.retries["total_max_attempts"] == 1
+        assert vars(kinesis.meta.config)["retries"]["total_max_attempts"] == 1
     async with session.client(
         "dynamodb", region_name=REGION, endpoint_url="http://127.0.0.1:9", config=LEASE_CLIENT_CONFIG
     ) as ddb:
-        assert ddb.meta.config.retries["total_max_attempts"] == 2  # one SDK retry inside the deadline
+        assert vars(ddb.meta.config)["retries"]["total_max_attempts"] == 2  # one retry in the deadline
     config = vars(kinesis_client_config())  # botocore's Config sets its options as attributes
     assert config["max_pool_connections"] == KINESIS_MAX_POOL_CONNECTIONS
     assert config["http_session_cls"] is NoLingerAIOHTTPSession
