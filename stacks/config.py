@@ -12,6 +12,8 @@ and parsed strictly (no floats for integers, no "yes" for booleans). A broken ru
 from __future__ import annotations
 
 import itertools
+import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -59,7 +61,7 @@ SUPPORTED_LEASE_MODES: tuple[LeaseMode, ...] = ("connection", "session")
 # Session mode keeps a worker's checkpoints in one 400 KB item: the worker refuses more
 # MAX_CONNECTIONS than it can hold (leaseworker.lease.checkpoint_store.MAX_ENTRIES_PER_ITEM;
 # tests/infra keeps the two equal).
-SESSION_MAX_CONNECTIONS_PER_TASK = 2534
+SESSION_MAX_CONNECTIONS_PER_TASK = 1117
 
 # DESIGN.md §2a: in connection mode every renewal rewrites the by-state-expiry sort key, and
 # all STARTED items share one index partition key. One partition takes about 1,000 writes/s
@@ -75,6 +77,20 @@ TRACES_SAMPLER = "parentbased_traceidratio"
 # cdk.context.json carries the availability-zone facts for exactly this pair.
 DEFAULT_ACCOUNT = "123456789012"
 DEFAULT_REGION = "us-east-1"
+
+# Upstream secrets (DESIGN.md §4.2, §9): Secrets Manager's naming rules. A name is 1..512 of
+# ASCII letters, digits and /_+=.@- ; a full ARN ends in the name, a hyphen and the six random
+# characters Secrets Manager appends (leaseworker.secrets parses references by the same rules).
+SECRET_NAME_PATTERN = re.compile(r"[A-Za-z0-9/_+=.@-]{1,512}")
+SECRET_ARN_PATTERN = re.compile(
+    r"arn:aws[-a-z]*:secretsmanager:(?P<region>[a-z]{2}(-[a-z]+)+-[0-9]):(?P<account>[0-9]{12}):"
+    r"secret:(?P<name>[A-Za-z0-9/_+=.@-]{1,512})-[A-Za-z0-9]{6}"
+)
+SECRET_ITEM_RULE = (
+    "must be a Secrets Manager secret name (1..512 of A-Za-z0-9/_+=.@-) "
+    "or a secret ARN (arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME-XXXXXX)"
+)
+SECRET_LIST_RULE = "must be a JSON list or a comma-separated string of secret names or ARNs"
 
 # The `project` tag on every resource.
 PROJECT_TAG = "leaseworker"
@@ -120,6 +136,9 @@ class LeaseworkerConfig:
     metrics_namespace: str = "Leaseworker"
     # Fraction of root traces sampled (OTEL_TRACES_SAMPLER_ARG); children follow their parent.
     trace_sample_ratio: float = 0.01
+    # Secrets Manager secrets (names or full ARNs) whose values the workers may read for
+    # `{{secret:NAME#KEY}}` templates; the task role gets GetSecretValue on exactly these.
+    upstream_secrets: tuple[str, ...] = ()
 
     @property
     def is_prod(self) -> bool:
@@ -168,6 +187,35 @@ class LeaseworkerConfig:
 
 # ---------------------------------------------------------------------------------------------
 # Parsing: one parser per context parameter, then the cross-field rules.
+
+
+def parse_upstream_secrets(name: str, raw: object) -> tuple[str, ...]:
+    """A list of secret names or ARNs: a JSON list (cdk.json), or from `-c` a JSON list string
+    (`-c 'upstreamSecrets=["a","b"]'`) or a comma-separated string (`-c upstreamSecrets=a,b`).
+
+    Duplicates collapse; an empty string or list means none. Each item is checked against
+    Secrets Manager's naming rules, and a bad one is named in the one-line error.
+    """
+    items: object = raw
+    if isinstance(raw, str):
+        text = raw.strip()
+        if text.startswith("["):
+            try:
+                items = json.loads(text)
+            except ValueError:
+                raise ConfigError(name, raw, SECRET_LIST_RULE) from None
+        else:
+            items = [] if not text else text.split(",")
+    if not isinstance(items, list | tuple) or not all(isinstance(item, str) for item in items):
+        raise ConfigError(name, raw, SECRET_LIST_RULE)
+    secrets: list[str] = []
+    for item in items:
+        secret = item.strip()
+        if not (SECRET_NAME_PATTERN.fullmatch(secret) or SECRET_ARN_PATTERN.fullmatch(secret)):
+            raise ConfigError(name, raw, f"item {secret!r} {SECRET_ITEM_RULE}")
+        if secret not in secrets:
+            secrets.append(secret)
+    return tuple(secrets)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +282,12 @@ PARAMETERS: tuple[Parameter, ...] = (
         "a CloudWatch namespace",
     ),
     Parameter("traceSampleRatio", "trace_sample_ratio", parse_ratio, "0..1"),
+    Parameter(
+        "upstreamSecrets",
+        "upstream_secrets",
+        parse_upstream_secrets,
+        "secret names or ARNs in the stack's region (a JSON list or comma-separated)",
+    ),
 )
 
 CONTEXT_NAMES: Mapping[str, str] = {p.field: p.context for p in PARAMETERS}
@@ -328,6 +382,15 @@ def validate(config: LeaseworkerConfig) -> LeaseworkerConfig:
             f"{GSI_RENEWALS_PER_SECOND_CEILING} x heartbeatSeconds = {c.gsi_connection_ceiling} "
             "(DESIGN.md §2a); lower maxTasks or scaleTargetConnections, or raise heartbeatSeconds",
         )
+    for secret in c.upstream_secrets:
+        arn = SECRET_ARN_PATTERN.fullmatch(secret)
+        if arn is not None and arn["region"] != c.region:
+            raise ConfigError(
+                CONTEXT_NAMES["upstream_secrets"],
+                secret,
+                f"is in region {arn['region']}, but the workers read secrets from their own region "
+                f"({c.region}): replicate the secret to {c.region} and name that replica",
+            )
     return c
 
 
@@ -348,6 +411,9 @@ def load_config(get_context: Callable[[str], Any]) -> LeaseworkerConfig:
 def default_context() -> dict[str, object]:
     """The documented defaults keyed by context name (what cdk.json repeats)."""
     defaults = LeaseworkerConfig()
-    return {
-        p.context: getattr(defaults, p.field) for p in PARAMETERS if getattr(defaults, p.field) is not None
-    }
+    context: dict[str, object] = {}
+    for p in PARAMETERS:
+        value = getattr(defaults, p.field)
+        if value is not None:
+            context[p.context] = list(value) if isinstance(value, tuple) else value  # JSON: a list
+    return context

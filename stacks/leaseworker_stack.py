@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import CfnOutput, Duration, Environment, Stack, Tags
+from aws_cdk import ArnFormat, CfnOutput, Duration, Environment, Stack, Tags
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks.config import PROJECT_TAG, LeaseworkerConfig
+from stacks.config import PROJECT_TAG, SECRET_ARN_PATTERN, LeaseworkerConfig
 from stacks.lease_table import INDEXES, LeaseTable
 from stacks.notification_queue import NotificationQueue
 from stacks.observability import Observability
@@ -44,9 +44,28 @@ QUEUE_ACTIONS: tuple[str, ...] = (
     "sqs:ReceiveMessage",
     "sqs:SendMessage",
 )
+# Upstream credentials for `{{secret:NAME#KEY}}` templates (DESIGN.md §4.2): only reading a
+# value, only of the secrets context upstreamSecrets names. Not DescribeSecret (which
+# `ISecret.grant_read` would add): the worker never calls it.
+SECRET_ACTIONS: tuple[str, ...] = ("secretsmanager:GetSecretValue",)
 # Not granted on purpose: cloudwatch:PutMetricData. Powertools Metrics writes EMF JSON to
 # stdout; the awslogs driver ships it to CloudWatch Logs, which extracts the metrics. The
 # execution role's logs:PutLogEvents is the only permission that path needs.
+
+
+def upstream_secret_arn(stack: Stack, secret: str) -> str:
+    """The IAM resource for one upstreamSecrets entry: an ARN as given; for a name, the ARN of
+    that name in this stack's account and region, with `-??????` for the six random characters
+    Secrets Manager appends to every secret ARN (`?` matches exactly one character, so the
+    policy cannot reach a secret whose name merely starts with this one)."""
+    if SECRET_ARN_PATTERN.fullmatch(secret):
+        return secret
+    return stack.format_arn(
+        service="secretsmanager",
+        resource="secret",
+        resource_name=f"{secret}-??????",
+        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+    )
 
 
 class LeaseworkerStack(Stack):
@@ -109,6 +128,14 @@ class LeaseworkerStack(Stack):
         notifications.queue.grant(task_role, *QUEUE_ACTIONS)
         if sink is not None:
             sink.grant_produce(task_role)
+        if config.upstream_secrets:
+            task_role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    sid="UpstreamSecrets",
+                    actions=list(SECRET_ACTIONS),
+                    resources=[upstream_secret_arn(self, s) for s in config.upstream_secrets],
+                )
+            )
 
         WorkerScaling(
             self,

@@ -30,6 +30,8 @@ TAKEOVERS_BY_FENCE = "TakeoversByFence"
 TAKEOVERS_BY_EXPIRY = "TakeoversByExpiry"
 REPLAYS_DROPPED = "ReplaysDropped"
 LEASES_REPAIRED = "LeasesRepaired"
+GAPS_MARKED = "GapsMarked"
+GAP_SECONDS = "GapSeconds"
 
 # Every metric name of DESIGN.md §8, in the order the dashboard shows them.
 ALL_METRICS: tuple[str, ...] = (
@@ -51,6 +53,8 @@ ALL_METRICS: tuple[str, ...] = (
     REPLAYS_DROPPED,
     CHECKPOINT_LAG_SEQ,
     LEASES_REPAIRED,
+    GAPS_MARKED,
+    GAP_SECONDS,
 )
 
 # The only dimension; must equal what Powertools emits.

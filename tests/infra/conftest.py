@@ -135,6 +135,10 @@ CUSTOM: dict[str, Any] = {
     "alarmEmail": "ops@example.com",
     "metricsNamespace": "Custom/Leaseworker",
     "traceSampleRatio": "0.5",
+    # A name (its ARN takes the stack's account and region) and a full ARN, as `-c a,b` passes them.
+    "upstreamSecrets": (
+        "feeds/alpaca,arn:aws:secretsmanager:eu-west-1:210987654321:secret:feeds/binance-AbC123"
+    ),
     f"availability-zones:account={CUSTOM_ACCOUNT}:region=eu-west-1": ["eu-west-1a", "eu-west-1b"],
 }
 

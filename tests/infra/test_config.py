@@ -163,6 +163,13 @@ BAD: list[tuple[str, Any, str]] = [
         "invalid context metricsNamespace='bad namespace!': "
         "must be a CloudWatch namespace ([A-Za-z0-9._/#:-], 1..255)",
     ),
+    (
+        "upstreamSecrets",
+        "feeds/alpaca,bad name!",
+        "invalid context upstreamSecrets='feeds/alpaca,bad name!': item 'bad name!' must be a Secrets "
+        "Manager secret name (1..512 of A-Za-z0-9/_+=.@-) or a secret ARN "
+        "(arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME-XXXXXX)",
+    ),
 ]
 
 
@@ -197,7 +204,7 @@ def test_every_parameter_has_a_bad_value_case() -> None:
         ),
         (
             {"maxConnectionsPerTask": "3000"},
-            "invalid context maxConnectionsPerTask=3000: must be <= 2534 in session mode "
+            "invalid context maxConnectionsPerTask=3000: must be <= 1117 in session mode "
             "(one 400 KB checkpoint item per worker)",
         ),
         (

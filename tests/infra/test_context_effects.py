@@ -62,6 +62,13 @@ OTHER_EFFECTS: dict[str, Callable[[Synth], object]] = {
     "alarmEmail": lambda s: [
         r["Properties"]["Endpoint"] for r in s.resources("AWS::SNS::Subscription").values()
     ],
+    "upstreamSecrets": lambda s: sorted(
+        resource
+        for policy in s.resources("AWS::IAM::Policy").values()
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if statement["Action"] == "secretsmanager:GetSecretValue"
+        for resource in statement["Resource"]
+    ),
 }
 
 EXPECTED_CUSTOM_EFFECTS: dict[str, object] = {
@@ -77,6 +84,10 @@ EXPECTED_CUSTOM_EFFECTS: dict[str, object] = {
     "scaleInCooldownSeconds": 600,
     "scaleOutCooldownSeconds": 30,
     "alarmEmail": ["ops@example.com"],
+    "upstreamSecrets": [
+        "arn:aws:secretsmanager:eu-west-1:210987654321:secret:feeds/alpaca-??????",
+        "arn:aws:secretsmanager:eu-west-1:210987654321:secret:feeds/binance-AbC123",
+    ],
 }
 
 

@@ -6,7 +6,9 @@ import json
 import re
 from typing import Any
 
-from tests.infra.conftest import REPO, Synth
+import pytest
+
+from tests.infra.conftest import REPO, Synth, synth
 
 
 def role_statements(synth: Synth, role_property: str) -> list[dict[str, Any]]:
@@ -95,6 +97,12 @@ def test_execution_role_exact_actions(default: Synth) -> None:
 
 def test_task_role_without_kinesis_sink(custom: Synth) -> None:
     expected = {k: v for k, v in TASK_ROLE.items() if not k.startswith("SinkStream")}
+    # CUSTOM also names upstream secrets (tests/infra/test_secrets_grant.py covers them).
+    for resource in (
+        "arn:aws:secretsmanager:eu-west-1:210987654321:secret:feeds/alpaca-??????",
+        "arn:aws:secretsmanager:eu-west-1:210987654321:secret:feeds/binance-AbC123",
+    ):
+        expected[resource] = {"secretsmanager:GetSecretValue"}
     assert actions_by_resource(role_statements(custom, "TaskRoleArn")) == expected
 
 
@@ -135,7 +143,11 @@ CALL_ACTIONS = {
     "describe_stream_summary": "kinesis:DescribeStreamSummary",
     "list_shards": "kinesis:ListShards",
     "put_metric_data": "cloudwatch:PutMetricData",
+    "get_secret_value": "secretsmanager:GetSecretValue",
+    "describe_secret": "secretsmanager:DescribeSecret",
 }
+# Granted only when context names resources for them: GetSecretValue on upstreamSecrets.
+CONTEXT_GRANTED = {"secretsmanager:GetSecretValue": {"upstreamSecrets": "feeds/alpaca"}}
 # Operator and local tooling run with the operator's credentials, not the task role; so do the
 # seeded fault suite and the consumer filter (a Kinesis consumer's code, not the worker's).
 NOT_IN_THE_TASK = ("cli/", "local/", "feed/", "lease/admin.py", "chaos/", "consumer.py")
@@ -159,8 +171,18 @@ def test_task_role_covers_every_call_the_worker_makes(default: Synth) -> None:
     """Contract with worker_src: a new AWS call in the worker fails here until it is granted."""
     granted = set().union(*actions_by_resource(role_statements(default, "TaskRoleArn")).values())
     calls = worker_calls()
-    missing = {action: files for action, files in calls.items() if action not in granted}
+    missing = {
+        action: files for action, files in calls.items() if action not in granted | set(CONTEXT_GRANTED)
+    }
     assert missing == {}, f"grant these in stacks/leaseworker_stack.py (or stacks/sink.py): {missing}"
     # And nothing data-plane is granted that the worker never calls (X-Ray is the sidecar's).
     unused = {a for a in granted if not a.startswith("xray:")} - set(calls)
     assert unused == set()
+
+
+@pytest.mark.parametrize(("action", "context"), sorted(CONTEXT_GRANTED.items()))
+def test_context_granted_calls_are_granted_when_context_asks(action: str, context: dict[str, str]) -> None:
+    """The worker calls these only for what context names; with that context they are granted."""
+    assert action in worker_calls(), f"{action} is no longer called: drop it from CONTEXT_GRANTED"
+    granted = set().union(*actions_by_resource(role_statements(synth(context), "TaskRoleArn")).values())
+    assert action in granted

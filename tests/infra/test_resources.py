@@ -347,7 +347,7 @@ def test_dashboard_shows_every_worker_metric(default: Synth) -> None:
     body = json.dumps(default.one("AWS::CloudWatch::Dashboard")["Properties"]["DashboardBody"])
     for name in metrics.ALL_METRICS:
         assert f'\\"Leaseworker\\",\\"{name}\\",\\"service\\",\\"leaseworker\\"' in body, name
-    assert len(metrics.ALL_METRICS) == 18
+    assert len(metrics.ALL_METRICS) == 20
     from leaseworker.observability.metrics import MetricName
 
     assert set(metrics.ALL_METRICS) == {name.value for name in MetricName}  # the worker's names

@@ -18,7 +18,6 @@ from leaseworker.lease.model import Lease
 from leaseworker.observability.logging import configure_logging
 from leaseworker.observability.metrics import WorkerMetrics
 from leaseworker.observability.tracing import configure_tracing
-from leaseworker.protocol.seqfeed import SeqfeedProtocol
 from leaseworker.records import SinkRecord
 from leaseworker.settings import Settings
 from leaseworker.sinks.base import Validity, always_valid
@@ -49,7 +48,6 @@ async def probe(url: str, seconds: float, delay: float) -> dict[str, float]:
     deps = SessionDeps(
         settings=Settings(worker_id="probe-worker"),
         sink=sink,
-        protocol=SeqfeedProtocol(),
         metrics=WorkerMetrics(namespace="probe", stream=io.StringIO()),
         tracing=configure_tracing(None),
     )
@@ -63,7 +61,7 @@ async def probe(url: str, seconds: float, delay: float) -> dict[str, float]:
     peak_rss, peak_frames = baseline, 0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        ws = session._ws
+        ws = session.current_ws
         if ws is not None:
             peak_frames = max(peak_frames, len(ws.recv_messages.frames))
         peak_rss = max(peak_rss, rss_bytes())

@@ -24,7 +24,6 @@ from leaseworker.feed.server import FeedServer
 from leaseworker.lease.model import Lease, LeaseState
 from leaseworker.observability.metrics import WorkerMetrics
 from leaseworker.observability.tracing import configure_tracing
-from leaseworker.protocol.seqfeed import SeqfeedProtocol
 from leaseworker.records import SinkRecord
 from leaseworker.settings import Settings
 from leaseworker.sinks.base import SinkError, Validity, always_valid
@@ -84,7 +83,6 @@ class Harness:
         deps = SessionDeps(
             settings=Settings(worker_id="w-1"),
             sink=sink,
-            protocol=SeqfeedProtocol(),
             metrics=WorkerMetrics(namespace="test", stream=io.StringIO()),
             tracing=configure_tracing(None),
         )

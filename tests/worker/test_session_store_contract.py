@@ -21,6 +21,7 @@ import leaseworker.lease.store as store_module
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.batch_get import batch_get_items
 from leaseworker.lease.checkpoint_store import (
+    MAX_CURSOR_BYTES,
     MAX_ENTRIES_PER_ITEM,
     CheckpointStore,
     CheckpointTooLarge,
@@ -412,14 +413,16 @@ async def test_checkpoint_item_holds_max_entries_of_worst_case_size(
     ddb: DynamoDBClient, checkpoints: CheckpointStore, session_table: str
 ) -> None:
     worst = {f"{i:06d}".ljust(128, "x"): (2**53 - 2, 2**63 - 1) for i in range(MAX_ENTRIES_PER_ITEM)}
-    assert await checkpoints.write("w" * 128, worst)
-    assert await checkpoints.read("w" * 128) == worst
+    cursors = {cid: '"' + "c" * (MAX_CURSOR_BYTES - 2) + '"' for cid in worst}  # the largest cursor
+    assert await checkpoints.write("w" * 128, worst, cursors=cursors)
+    assert await checkpoints.read_with_cursors("w" * 128) == (worst, cursors)
     with pytest.raises(CheckpointTooLarge):
         await checkpoints.write("w1", {**worst, "one-more": (1, 1)})
     # The bound is tight, not arbitrary: 7% more worst-case entries exceed DynamoDB's 400 KB.
     over = {
         f"{i:06d}".ljust(128, "x"): (2**53 - 2, 2**63 - 1) for i in range(MAX_ENTRIES_PER_ITEM * 107 // 100)
     }
+    cursor = {"S": '"' + "c" * (MAX_CURSOR_BYTES - 2) + '"'}
     with pytest.raises(StoreRejected, match="size"):
         await checkpoints._call(
             ddb.put_item(
@@ -427,7 +430,7 @@ async def test_checkpoint_item_holds_max_entries_of_worst_case_size(
                 Item={
                     "connection_id": {"S": "worker#" + "w" * 128 + "#ckpt"},
                     "checkpoints": {
-                        "M": {k: {"L": [{"N": str(e)}, {"N": str(s)}]} for k, (e, s) in over.items()}
+                        "M": {k: {"L": [{"N": str(e)}, {"N": str(s)}, cursor]} for k, (e, s) in over.items()}
                     },
                 },
             )

@@ -97,8 +97,8 @@ def test_default_worker_id_local_and_ecs() -> None:
 
 
 def test_session_mode_refuses_more_connections_than_one_checkpoint_item_holds() -> None:
-    with pytest.raises(SettingsError, match=r"invalid MAX_CONNECTIONS=2535: must be <= 2534 in session mode"):
-        load(LEASE_MODE="session", MAX_CONNECTIONS="2535")
+    with pytest.raises(SettingsError, match=r"invalid MAX_CONNECTIONS=1118: must be <= 1117 in session mode"):
+        load(LEASE_MODE="session", MAX_CONNECTIONS="1118")
     assert load(LEASE_MODE="connection", MAX_CONNECTIONS="2535").max_connections == 2535
 
 

@@ -33,7 +33,12 @@ def _escape(match: re.Match[str]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SinkRecord:
-    """DESIGN.md §5: `{connection_id, seq, epoch, worker_id, received_at_ms, data}`."""
+    """DESIGN.md §5: `{connection_id, epoch, seq, cursor, kind, worker_id, received_at_ms, data}`,
+    plus `key` where the feed's sequences are per key.
+
+    `kind` is `data`, `gap` (a gap marker: `data` holds its reason and bounds) or `raw` (a frame
+    that could not be decoded, delivered as it came). `cursor` is the upstream position after this
+    record (a JSON value), or None."""
 
     connection_id: str
     seq: int
@@ -41,20 +46,26 @@ class SinkRecord:
     worker_id: str
     received_at_ms: int
     data: Any
+    cursor: Any = None
+    kind: str = "data"
+    key: str | None = None
 
     def to_json(self) -> str:
         """Strict JSON (NaN/Infinity refused with ValueError) that always encodes as UTF-8, and
         decodes back to exactly what the upstream sent, lone surrogates included."""
-        text = _dumps(
-            {
-                "connection_id": self.connection_id,
-                "seq": self.seq,
-                "epoch": self.epoch,
-                "worker_id": self.worker_id,
-                "received_at_ms": self.received_at_ms,
-                "data": self.data,
-            }
-        )
+        fields: dict[str, Any] = {
+            "connection_id": self.connection_id,
+            "epoch": self.epoch,
+            "seq": self.seq,
+            "cursor": self.cursor,
+            "kind": self.kind,
+            "worker_id": self.worker_id,
+            "received_at_ms": self.received_at_ms,
+            "data": self.data,
+        }
+        if self.key is not None:
+            fields["key"] = self.key
+        text = _dumps(fields)
         # A raw surrogate can only stand inside a JSON string, where its \u escape means the same.
         if text.isascii() or _SURROGATE.search(text) is None:
             return text

@@ -40,9 +40,16 @@ from urllib.parse import urlsplit
 from botocore.exceptions import ClientError
 
 from leaseworker.lease.attribute_values import CHECKPOINT_SUFFIX, checkpoint_key
-from leaseworker.lease.checkpoint_store import Entries, effective_checkpoint, entries_from
+from leaseworker.lease.checkpoint_store import (
+    Cursors,
+    Entries,
+    cursors_from,
+    effective_checkpoint,
+    entries_from,
+)
 from leaseworker.lease.errors import TableMissing
 from leaseworker.lease.model import (
+    DEFAULT_PROTOCOL,
     NO_CHECKPOINT,
     STARTED,
     STOPPED,
@@ -80,10 +87,13 @@ TTL_ATTRIBUTE = "purge_at"  # the workers' own items expire through it (DESIGN.m
 COND_ADDABLE = "attribute_not_exists(connection_id) OR attribute_exists(removed_at_ms)"
 
 # `add`: a new item, or a tombstone resurrected with its epoch kept.
+# The protocol attributes are set when given and removed when not, as is the checkpoint cursor:
+# a re-added id starts from no checkpoint (DESIGN.md §4).
 UPDATE_ADD = (
     "SET desired_state = :started, ws_url = :url, last_seq = :none, lease_expires_at_ms = :zero, "
-    "failures = :zero, updated_at_ms = :now, lease_epoch = if_not_exists(lease_epoch, :zero) "
-    "REMOVE removed_at_ms, last_error, lease_owner"
+    "failures = :zero, updated_at_ms = :now, lease_epoch = if_not_exists(lease_epoch, :zero), "
+    "protocol = :protocol{config}{preset} "
+    "REMOVE removed_at_ms, last_error, lease_owner, #cursor{no_config}{no_preset}"
 )
 
 
@@ -189,24 +199,48 @@ class LeaseTableAdmin:
         )
         return True
 
-    async def add(self, connection_id: str, url: str) -> None:
-        """A new STARTED connection; over a tombstone, the same id again with its epoch kept."""
+    async def add(
+        self,
+        connection_id: str,
+        url: str,
+        *,
+        protocol: str = DEFAULT_PROTOCOL,
+        protocol_config: str | None = None,
+        preset: str | None = None,
+    ) -> None:
+        """A new STARTED connection; over a tombstone, the same id again with its epoch kept.
+
+        `protocol_config` is JSON text the caller has validated (cli/feeds.py); `url` is then the
+        config's URL template, shown by `list` (its secrets are references, not values)."""
         check_connection_id(connection_id)
         check_ws_url(url)
+        values: dict[str, Any] = {
+            ":started": {"S": STARTED},
+            ":url": {"S": url},
+            ":none": {"N": str(NO_CHECKPOINT)},
+            # 0, not absent: new connections must appear in the by-state-expiry GSI.
+            ":zero": {"N": "0"},
+            ":now": {"N": str(now_ms())},
+            ":protocol": {"S": protocol},
+        }
+        if protocol_config is not None:
+            values[":config"] = {"S": protocol_config}
+        if preset is not None:
+            values[":preset"] = {"S": preset}
+        update = UPDATE_ADD.format(
+            config=", protocol_config = :config" if protocol_config is not None else "",
+            preset=", preset = :preset" if preset is not None else "",
+            no_config="" if protocol_config is not None else ", protocol_config",
+            no_preset="" if preset is not None else ", preset",
+        )
         await self._run(
             self._client.update_item(
                 TableName=self._table,
                 Key={"connection_id": {"S": connection_id}},
-                UpdateExpression=UPDATE_ADD,
+                UpdateExpression=update,
                 ConditionExpression=COND_ADDABLE,
-                ExpressionAttributeValues={
-                    ":started": {"S": STARTED},
-                    ":url": {"S": url},
-                    ":none": {"N": str(NO_CHECKPOINT)},
-                    # 0, not absent: new connections must appear in the by-state-expiry GSI.
-                    ":zero": {"N": "0"},
-                    ":now": {"N": str(now_ms())},
-                },
+                ExpressionAttributeValues=values,
+                ExpressionAttributeNames={"#cursor": "cursor"},
             ),
             on_condition_failed=ConnectionExists(f"connection {connection_id!r} already exists"),
         )
@@ -309,12 +343,14 @@ class LeaseTableAdmin:
         shown = plain(item)
         holder = shown.get("lease_owner")
         entries: Entries = {}
+        cursors: Cursors = {}
         if isinstance(holder, str) and holder:
             checkpoint = await self._run(
                 self._client.get_item(TableName=self._table, Key=checkpoint_key(holder), ConsistentRead=True)
             )
             entries = entries_from(checkpoint.get("Item", {}))
-        return with_checkpoint(shown, entries)
+            cursors = cursors_from(checkpoint.get("Item", {}))
+        return with_checkpoint(shown, entries, cursors)
 
     async def raw_item(self, key: str) -> dict[str, Any] | None:
         """Any item by key, a worker's own included (`worker#<id>`), as plain values."""
@@ -338,6 +374,7 @@ class LeaseTableAdmin:
         items: list[dict[str, Any]] = []
         sessions: dict[str, dict[str, Any]] = {}
         checkpoints: dict[str, Entries] = {}
+        cursors: dict[str, Cursors] = {}
         start_key: dict[str, Any] | None = None
         while True:
             kwargs: dict[str, Any] = {"TableName": self._table, "ConsistentRead": True}
@@ -350,13 +387,21 @@ class LeaseTableAdmin:
                     if "removed_at_ms" not in item:
                         items.append(plain(item))
                 elif key.endswith(CHECKPOINT_SUFFIX):
-                    checkpoints[key[len(WORKER_KEY_PREFIX) : -len(CHECKPOINT_SUFFIX)]] = entries_from(item)
+                    worker = key[len(WORKER_KEY_PREFIX) : -len(CHECKPOINT_SUFFIX)]
+                    checkpoints[worker], cursors[worker] = entries_from(item), cursors_from(item)
                 else:
                     sessions[key[len(WORKER_KEY_PREFIX) :]] = plain(item)
             start_key = response.get("LastEvaluatedKey")
             if not start_key:
                 break
-        shown = [with_checkpoint(item, checkpoints.get(str(item.get("lease_owner")), {})) for item in items]
+        shown = [
+            with_checkpoint(
+                item,
+                checkpoints.get(str(item.get("lease_owner")), {}),
+                cursors.get(str(item.get("lease_owner"))),
+            )
+            for item in items
+        ]
         return sorted(shown, key=lambda item: str(item.get("connection_id"))), sessions
 
     async def _existing(self, connection_id: str, update: str, values: dict[str, Any]) -> None:
@@ -376,15 +421,22 @@ class LeaseTableAdmin:
         await self._run(self._client.describe_table(TableName=self._table))
 
 
-def with_checkpoint(item: dict[str, Any], holder_entries: Entries) -> dict[str, Any]:
-    """The item plus `checkpoint`: what a takeover would resume after (DESIGN.md §2b), the newer
-    of `last_seq` and the holder's batched checkpoint entry at the item's epoch."""
+def with_checkpoint(
+    item: dict[str, Any], holder_entries: Entries, holder_cursors: Cursors | None = None
+) -> dict[str, Any]:
+    """The item plus `checkpoint` and `checkpoint_cursor`: what a takeover would resume after
+    (DESIGN.md §2b), the newer of `last_seq` and the holder's batched checkpoint entry at the
+    item's epoch, with the cursor (JSON text) that belongs to it."""
     last_seq = item.get("last_seq", NO_CHECKPOINT)
     epoch = item.get("lease_epoch", 0)
     if not isinstance(last_seq, int) or not isinstance(epoch, int):
         return item
     cid = str(item.get("connection_id"))
-    return item | {"checkpoint": effective_checkpoint(last_seq, epoch, cid, holder_entries)}
+    checkpoint = effective_checkpoint(last_seq, epoch, cid, holder_entries)
+    cursor = item.get("cursor")
+    if checkpoint > last_seq:
+        cursor = (holder_cursors or {}).get(cid)
+    return item | {"checkpoint": checkpoint, "checkpoint_cursor": cursor}
 
 
 def plain(item: dict[str, Any]) -> dict[str, Any]:

@@ -33,8 +33,13 @@ T = TypeVar("T")
 
 ITEM_LIMIT_BYTES = 400 * 1024
 RESERVED_BYTES = 4 * 1024  # the key, purge_at, updated_at_ms, the fence and writer attributes
-WORST_ENTRY_BYTES = 160  # 128-byte id + map/list overhead + two numbers of up to 19 digits
-MAX_ENTRIES_PER_ITEM = (ITEM_LIMIT_BYTES - RESERVED_BYTES) // WORST_ENTRY_BYTES  # 2534
+# A checkpoint cursor (JSON text, DESIGN.md §5) rides in the entry beside its seq. Its size is
+# capped so that MAX_CONNECTIONS entries still fit one item: a resumable feed whose cursor grows
+# past it is marked failed with that reason; a non-resumable feed's cursor (informational: the
+# bounds of the next takeover's gap marker) is then left out of the checkpoint.
+MAX_CURSOR_BYTES = 200
+WORST_ENTRY_BYTES = 160 + MAX_CURSOR_BYTES + 3  # 128-byte id, list overhead, two numbers; the cursor
+MAX_ENTRIES_PER_ITEM = (ITEM_LIMIT_BYTES - RESERVED_BYTES) // WORST_ENTRY_BYTES  # 1117
 
 COND_CHECKPOINT_WRITE = (
     "attribute_not_exists(fenced_by) AND "
@@ -42,6 +47,7 @@ COND_CHECKPOINT_WRITE = (
 )
 
 Entries = Mapping[str, tuple[int, int]]  # connection_id -> (epoch, seq)
+Cursors = Mapping[str, str]  # connection_id -> the cursor (JSON text) of its entry, where it has one
 
 
 class CheckpointTooLarge(ValueError):
@@ -69,9 +75,26 @@ def entries_from(item: dict[str, Any]) -> dict[str, tuple[int, int]]:
     entries: dict[str, tuple[int, int]] = {}
     for cid, value in item.get("checkpoints", {}).get("M", {}).items():
         pair = value.get("L", [])
-        if len(pair) == 2 and all("N" in part for part in pair):
+        if len(pair) in (2, 3) and all("N" in part for part in pair[:2]):
             entries[cid] = (int(pair[0]["N"]), int(pair[1]["N"]))
     return entries
+
+
+def cursors_from(item: dict[str, Any]) -> dict[str, str]:
+    """A raw checkpoint item's `{connection_id: cursor}` for the entries that carry one."""
+    cursors: dict[str, str] = {}
+    for cid, value in item.get("checkpoints", {}).get("M", {}).items():
+        entry = value.get("L", [])
+        if len(entry) == 3 and isinstance(entry[2].get("S"), str):
+            cursors[cid] = entry[2]["S"]
+    return cursors
+
+
+def _entry(epoch: int, seq: int, cursor: str | None) -> dict[str, Any]:
+    parts: list[dict[str, str]] = [{"N": str(epoch)}, {"N": str(seq)}]
+    if cursor is not None:
+        parts.append({"S": cursor})
+    return {"L": parts}
 
 
 def effective_checkpoint(last_seq: int, lease_epoch: int, connection_id: str, holder_entries: Entries) -> int:
@@ -88,13 +111,16 @@ class CheckpointStore:
         self._writer = secrets.token_hex(8)
         self._written = 0
 
-    async def write(self, me: str, entries: Entries, *, timeout: float | None = None) -> bool:
+    async def write(
+        self, me: str, entries: Entries, *, cursors: Cursors | None = None, timeout: float | None = None
+    ) -> bool:
         """Replace this worker's checkpoint map. False: the item is fenced (stop delivering)."""
         if len(entries) > MAX_ENTRIES_PER_ITEM:
             raise CheckpointTooLarge(f"{len(entries)} checkpoints exceed {MAX_ENTRIES_PER_ITEM} per item")
         self._written += 1
         now = now_ms()
-        encoded = {cid: {"L": [{"N": str(epoch)}, {"N": str(seq)}]} for cid, (epoch, seq) in entries.items()}
+        cursors = cursors or {}
+        encoded = {cid: _entry(epoch, seq, cursors.get(cid)) for cid, (epoch, seq) in entries.items()}
         try:
             await self._call(
                 self._client.update_item(
@@ -122,6 +148,10 @@ class CheckpointStore:
 
     async def read(self, worker: str) -> dict[str, tuple[int, int]]:
         """The worker's last written checkpoints (a consistent read: the claimer reads after the fence)."""
+        return (await self.read_with_cursors(worker))[0]
+
+    async def read_with_cursors(self, worker: str) -> tuple[dict[str, tuple[int, int]], dict[str, str]]:
+        """The worker's last written checkpoints and the cursors that go with them."""
         response = await self._call(
             self._client.get_item(
                 TableName=self._table,
@@ -130,7 +160,8 @@ class CheckpointStore:
                 ProjectionExpression="checkpoints",
             )
         )
-        return entries_from(response.get("Item", {}))
+        item = response.get("Item", {})
+        return entries_from(item), cursors_from(item)
 
     async def fence(self, worker: str, *, by: str, kind: str) -> None:
         """Refuse `worker`'s later checkpoint writes (called by SessionStore.fence).

@@ -38,6 +38,8 @@ from leaseworker.lease.store import (
     Lost,
     Malformed,
     call_with_deadline,
+    cursor_names,
+    cursor_value,
     now_ms,
 )
 from leaseworker.settings import Settings
@@ -57,11 +59,14 @@ _CLAIM_WITH_SEQ = (
     "SET lease_owner = :me, lease_expires_at_ms = :expires, updated_at_ms = :now, last_seq = :resume "
     "ADD lease_epoch :one"
 )
+# The same, for an entry that carries the cursor belonging to its seq (DESIGN.md §5).
+_CLAIM_WITH_SEQ_AND_CURSOR = _CLAIM_WITH_SEQ.replace(" ADD ", ", #cursor = :cursor ADD ")
 COND_DEAD_HOLDS = "lease_owner = :dead AND lease_epoch = :epoch"
 _FREE = "SET lease_expires_at_ms = :zero, updated_at_ms = :now REMOVE lease_owner"
 _FREE_WITH_SEQ = (
     "SET lease_expires_at_ms = :zero, updated_at_ms = :now, last_seq = :resume REMOVE lease_owner"
 )
+_FREE_WITH_SEQ_AND_CURSOR = _FREE_WITH_SEQ.replace(" REMOVE ", ", #cursor = :cursor REMOVE ")
 _OWNED_PROJECTION = "connection_id, lease_owner, lease_epoch, last_seq, lease_expires_at_ms, desired_state"
 
 
@@ -104,6 +109,7 @@ class SessionHeldStore:
         valid_until: float,
         confirmed: bool = False,
         expires_at_ms: int = SESSION_HELD,
+        resume_cursor: str | None = None,
     ) -> AcquireResult:
         """Take over `dead`'s connection at `epoch`, resuming after max(last_seq, resume_seq).
 
@@ -122,11 +128,14 @@ class SessionHeldStore:
             result = await self._claim(
                 connection_id,
                 me,
-                update=_CLAIM_WITH_SEQ,
+                update=_CLAIM_WITH_SEQ if resume_cursor is None else _CLAIM_WITH_SEQ_AND_CURSOR,
                 condition=f"{condition} AND {COND_NOT_BEHIND}",
-                values=values | {":resume": {"N": str(resume_seq)}},
+                values=values
+                | {":resume": {"N": str(resume_seq)}}
+                | ({} if resume_cursor is None else cursor_value(resume_cursor)),
                 valid_until=valid_until,
                 resume_seq=resume_seq,
+                resume_cursor=resume_cursor,
                 expires_at_ms=expires_at_ms,
             )
             if not (isinstance(result, Lost) and result.holder == dead and result.epoch == epoch):
@@ -193,7 +202,9 @@ class SessionHeldStore:
         ]
         return sorted(owned, key=lambda c: c.connection_id)
 
-    async def free_for(self, connection: OwnedConnection, *, dead: str, resume_seq: int) -> bool:
+    async def free_for(
+        self, connection: OwnedConnection, *, dead: str, resume_seq: int, resume_cursor: str | None = None
+    ) -> bool:
         """Free a fenced session's connection that nobody will claim (it is STOPPED), keeping the
         dead holder's newer checkpoint: `last_seq = max(item's, resume_seq)`, as a claim from
         the dead does, so the effective checkpoint never moves back (review 2026-12-05, C1).
@@ -207,7 +218,11 @@ class SessionHeldStore:
         attempts = [(_FREE, COND_DEAD_HOLDS, values)]
         if resume_seq > connection.last_seq:
             with_seq = values | {":resume": {"N": str(resume_seq)}}
-            attempts.insert(0, (_FREE_WITH_SEQ, f"{COND_DEAD_HOLDS} AND {COND_NOT_BEHIND}", with_seq))
+            update = _FREE_WITH_SEQ
+            if resume_cursor is not None:  # the entry's cursor goes with its seq
+                with_seq |= cursor_value(resume_cursor)
+                update = _FREE_WITH_SEQ_AND_CURSOR
+            attempts.insert(0, (update, f"{COND_DEAD_HOLDS} AND {COND_NOT_BEHIND}", with_seq))
         for update, condition, attempt_values in attempts:
             try:
                 await call_with_deadline(
@@ -218,6 +233,7 @@ class SessionHeldStore:
                         ConditionExpression=condition,
                         ExpressionAttributeValues=attempt_values,
                         ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                        **cursor_names(update),
                     ),
                     self._call_timeout,
                 )
@@ -229,11 +245,13 @@ class SessionHeldStore:
                 # Still dead's at that epoch: the item is already past resume_seq; free it as is.
         return False
 
-    async def release(self, lease: Lease, last_seq: int | None) -> bool:
-        return await self._leases.release(lease, last_seq)
+    async def release(self, lease: Lease, last_seq: int | None, cursor: str | None = None) -> bool:
+        return await self._leases.release(lease, last_seq, cursor)
 
-    async def mark_failed(self, lease: Lease, reason: str, last_seq: int | None = None) -> bool:
-        return await self._leases.mark_failed(lease, reason, last_seq)
+    async def mark_failed(
+        self, lease: Lease, reason: str, last_seq: int | None = None, cursor: str | None = None
+    ) -> bool:
+        return await self._leases.mark_failed(lease, reason, last_seq, cursor)
 
     async def record_failure(self, lease: Lease, reason: str) -> bool:
         return await self._leases.record_failure(lease, reason)
@@ -248,6 +266,7 @@ class SessionHeldStore:
         values: dict[str, Any],
         valid_until: float,
         resume_seq: int = NO_CHECKPOINT,
+        resume_cursor: str | None = None,
         expires_at_ms: int = SESSION_HELD,
     ) -> AcquireResult:
         sent_at = time.monotonic()
@@ -267,6 +286,7 @@ class SessionHeldStore:
                     },
                     ReturnValues="ALL_OLD",
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    **cursor_names(update),
                 ),
                 self._call_timeout,
             )
@@ -300,8 +320,10 @@ class SessionHeldStore:
         except MalformedItem as problem:
             await self._leases.mark_failed(lease, str(problem))
             return Malformed(connection_id, str(problem))
-        lease.ws_url = previous.ws_url
-        lease.start_seq = max(previous.last_seq, resume_seq)
+        if resume_seq > previous.last_seq or (resume_seq == previous.last_seq and resume_cursor is not None):
+            lease.resume_from(previous, resume_seq, resume_cursor)  # the dead holder's entry, and its cursor
+        else:
+            lease.resume_from(previous, previous.last_seq, previous.cursor)
         return Acquired(lease, previous)
 
 

@@ -32,6 +32,7 @@ DESIRED_STATES = (STARTED, STOPPED)
 WORKER_KEY_PREFIX = "worker#"
 WORKER_STATE = "WORKER"  # presence items' desired_state: their own partition of the GSI
 NO_CHECKPOINT = -1
+DEFAULT_PROTOCOL = "seqfeed/1"
 
 
 class InvalidConnectionId(ValueError):
@@ -66,6 +67,10 @@ class ConnectionItem:
     failures: int = 0
     last_error: str | None = None
     updated_at_ms: int | None = None
+    protocol: str = DEFAULT_PROTOCOL
+    protocol_config: str | None = None  # JSON text (generic/1 and plugins)
+    preset: str | None = None  # the preset the config was expanded from, for display
+    cursor: str | None = None  # JSON text: the upstream position after `last_seq`
 
     @classmethod
     def from_attributes(cls, item: Mapping[str, Any]) -> ConnectionItem:
@@ -89,6 +94,10 @@ class ConnectionItem:
             failures=_number(item, "failures", cid, default=0),
             last_error=_string(item, "last_error"),
             updated_at_ms=_number(item, "updated_at_ms", cid, default=0) or None,
+            protocol=_string(item, "protocol") or DEFAULT_PROTOCOL,
+            protocol_config=_string(item, "protocol_config"),
+            preset=_string(item, "preset"),
+            cursor=_string(item, "cursor"),
         )
 
     def holder_at(self, now_ms: int, settings: Settings) -> str | None:
@@ -153,6 +162,18 @@ class Lease:
     valid_until: float  # monotonic seconds
     state: LeaseState = LeaseState.HELD
     end_reason: str | None = None  # why it is being released or was lost
+    protocol: str = DEFAULT_PROTOCOL
+    protocol_config: str | None = None
+    start_cursor: str | None = None  # JSON text: the checkpoint cursor beside `start_seq`
+
+    def resume_from(self, item: ConnectionItem, seq: int, cursor: str | None) -> None:
+        """Take what the session needs from the item as it was before our acquisition: where the
+        upstream is and how it is spoken, and the checkpoint (`seq`, `cursor`) to resume after."""
+        self.ws_url = item.ws_url
+        self.protocol = item.protocol
+        self.protocol_config = item.protocol_config
+        self.start_seq = seq
+        self.start_cursor = cursor
 
     def is_valid(self, now: float) -> bool:
         return self.state in (LeaseState.HELD, LeaseState.RELEASING) and now < self.valid_until

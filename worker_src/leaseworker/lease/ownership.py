@@ -29,6 +29,7 @@ class Progress:
     lease: Lease
     delivered_seq: int
     checkpointed_seq: int
+    cursor: str | None = None  # JSON text: the checkpoint cursor that goes with delivered_seq
 
     @property
     def advanced(self) -> bool:
@@ -49,7 +50,13 @@ class Ownership(Protocol):
     async def claim(self, connection_id: str) -> AcquireResult: ...
 
     async def claim_from_dead(
-        self, owned: OwnedConnection, *, dead: str, resume_seq: int, confirmed: bool
+        self,
+        owned: OwnedConnection,
+        *,
+        dead: str,
+        resume_seq: int,
+        confirmed: bool,
+        resume_cursor: str | None = None,
     ) -> AcquireResult: ...
 
     async def resolve_uncertain(self, uncertain: AcquireUncertain) -> Acquired | None: ...
@@ -65,9 +72,11 @@ class Ownership(Protocol):
 
     async def stopped_held(self) -> list[str]: ...
 
-    async def release(self, lease: Lease, last_seq: int | None) -> bool: ...
+    async def release(self, lease: Lease, last_seq: int | None, cursor: str | None = None) -> bool: ...
 
-    async def mark_failed(self, lease: Lease, reason: str, last_seq: int | None = None) -> bool: ...
+    async def mark_failed(
+        self, lease: Lease, reason: str, last_seq: int | None = None, cursor: str | None = None
+    ) -> bool: ...
 
     async def record_failure(self, lease: Lease, reason: str) -> bool: ...
 
@@ -92,7 +101,13 @@ class ConnectionLeases:
         return await self._store.acquire(connection_id, self._me)
 
     async def claim_from_dead(
-        self, owned: OwnedConnection, *, dead: str, resume_seq: int, confirmed: bool
+        self,
+        owned: OwnedConnection,
+        *,
+        dead: str,
+        resume_seq: int,
+        confirmed: bool,
+        resume_cursor: str | None = None,
     ) -> AcquireResult:
         """A fenced peer's connection, held from now on by a lease of our own (mixed fleets)."""
         sent_at = time.monotonic()
@@ -102,6 +117,7 @@ class ConnectionLeases:
             dead=dead,
             epoch=owned.epoch,
             resume_seq=resume_seq,
+            resume_cursor=resume_cursor,
             valid_until=local_deadline(sent_at, self._settings),
             confirmed=confirmed,
             expires_at_ms=now_ms() + int(self._settings.lease_seconds * 1000),
@@ -131,7 +147,7 @@ class ConnectionLeases:
                 continue
             cid = entry.lease.connection_id
             try:
-                ok = await self._store.checkpoint(entry.lease, entry.delivered_seq)
+                ok = await self._store.checkpoint(entry.lease, entry.delivered_seq, entry.cursor)
             except StoreError:
                 continue
             (recorded if ok else lost).add(cid)
@@ -140,11 +156,13 @@ class ConnectionLeases:
     async def stopped_held(self) -> list[str]:
         return []  # a renewal refused on desired_state tells us, one heartbeat after the stop
 
-    async def release(self, lease: Lease, last_seq: int | None) -> bool:
-        return await self._store.release(lease, last_seq)
+    async def release(self, lease: Lease, last_seq: int | None, cursor: str | None = None) -> bool:
+        return await self._store.release(lease, last_seq, cursor)
 
-    async def mark_failed(self, lease: Lease, reason: str, last_seq: int | None = None) -> bool:
-        return await self._store.mark_failed(lease, reason, last_seq)
+    async def mark_failed(
+        self, lease: Lease, reason: str, last_seq: int | None = None, cursor: str | None = None
+    ) -> bool:
+        return await self._store.mark_failed(lease, reason, last_seq, cursor)
 
     async def record_failure(self, lease: Lease, reason: str) -> bool:
         return await self._store.record_failure(lease, reason)

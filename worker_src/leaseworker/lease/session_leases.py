@@ -63,7 +63,13 @@ class SessionLeases:
         return await self._held.claim_free(connection_id, self._me, valid_until=valid_until)
 
     async def claim_from_dead(
-        self, owned: OwnedConnection, *, dead: str, resume_seq: int, confirmed: bool
+        self,
+        owned: OwnedConnection,
+        *,
+        dead: str,
+        resume_seq: int,
+        confirmed: bool,
+        resume_cursor: str | None = None,
     ) -> AcquireResult:
         valid_until = self._valid_until()
         if valid_until is None:
@@ -74,6 +80,7 @@ class SessionLeases:
             dead=dead,
             epoch=owned.epoch,
             resume_seq=resume_seq,
+            resume_cursor=resume_cursor,
             valid_until=valid_until,
             confirmed=confirmed,
         )
@@ -131,9 +138,10 @@ class SessionLeases:
         if valid_until is None:
             return RoundResult(frozenset(), frozenset())
         entries = {e.lease.connection_id: (e.lease.epoch, e.delivered_seq) for e in progress}
+        cursors = {e.lease.connection_id: e.cursor for e in progress if e.cursor is not None}
         try:
             ok = await self._checkpoints.write(
-                self._me, entries, timeout=max(0.01, valid_until - time.monotonic())
+                self._me, entries, cursors=cursors, timeout=max(0.01, valid_until - time.monotonic())
             )
         except StoreError:
             return RoundResult(frozenset(), frozenset())
@@ -165,11 +173,13 @@ class SessionLeases:
             if not start_key:
                 return found
 
-    async def release(self, lease: Lease, last_seq: int | None) -> bool:
-        return await self._held.release(lease, last_seq)
+    async def release(self, lease: Lease, last_seq: int | None, cursor: str | None = None) -> bool:
+        return await self._held.release(lease, last_seq, cursor)
 
-    async def mark_failed(self, lease: Lease, reason: str, last_seq: int | None = None) -> bool:
-        return await self._held.mark_failed(lease, reason, last_seq)
+    async def mark_failed(
+        self, lease: Lease, reason: str, last_seq: int | None = None, cursor: str | None = None
+    ) -> bool:
+        return await self._held.mark_failed(lease, reason, last_seq, cursor)
 
     async def record_failure(self, lease: Lease, reason: str) -> bool:
         return await self._held.record_failure(lease, reason)

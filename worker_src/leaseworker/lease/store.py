@@ -14,7 +14,7 @@ import asyncio
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -49,6 +49,10 @@ COND_ACQUIRE = (
 COND_HELD = "lease_owner = :me AND lease_epoch = :epoch"
 COND_HELD_AND_STARTED = f"{COND_HELD} AND desired_state = :started"
 # S3: a checkpoint never moves backwards, whatever order concurrent writes land in.
+# The cursor is written with the seq it belongs to, in the same write: `:cursor` is JSON text, or
+# NULL when the feed has none (DynamoDB's NULL type, so the attribute never keeps a stale cursor).
+_SET_CURSOR = "#cursor = :cursor"
+CURSOR_NAMES: Final = {"#cursor": "cursor"}  # CURSOR is a DynamoDB reserved word
 COND_CHECKPOINT = f"{COND_HELD} AND (attribute_not_exists(last_seq) OR last_seq < :seq)"
 COND_EXISTS = "attribute_exists(connection_id)"
 COND_NEW = "attribute_not_exists(connection_id)"
@@ -187,8 +191,7 @@ class LeaseStore:
         except MalformedItem as problem:
             await self.mark_failed(lease, str(problem))
             return Malformed(connection_id, str(problem))
-        lease.ws_url = previous.ws_url
-        lease.start_seq = previous.last_seq
+        lease.resume_from(previous, previous.last_seq, previous.cursor)
         return Acquired(lease, previous)
 
     async def resolve_uncertain(self, uncertain: AcquireUncertain, me: str) -> Acquired | None:
@@ -209,6 +212,7 @@ class LeaseStore:
             start_seq=item.last_seq,
             valid_until=local_deadline(uncertain.sent_at, self._settings),
         )
+        lease.resume_from(item, item.last_seq, item.cursor)
         if item.lease_expires_at_ms == uncertain.expires_at_ms:
             return Acquired(lease, None)
         await self.release(lease, None)
@@ -242,7 +246,7 @@ class LeaseStore:
             return _lost_from(error, "renewal refused")
         return Renewed()
 
-    async def checkpoint(self, lease: Lease, seq: int) -> bool:
+    async def checkpoint(self, lease: Lease, seq: int, cursor: str | None = None) -> bool:
         """Record that the sink durably accepted everything up to `seq`. False: we lost the lease.
 
         A refused condition is told apart with ALL_OLD: still ours but already at or past `seq`
@@ -253,14 +257,16 @@ class LeaseStore:
                 self._client.update_item(
                     TableName=self._table,
                     Key={"connection_id": {"S": lease.connection_id}},
-                    UpdateExpression="SET last_seq = :seq, updated_at_ms = :now",
+                    UpdateExpression=f"SET last_seq = :seq, updated_at_ms = :now, {_SET_CURSOR}",
                     ConditionExpression=COND_CHECKPOINT,
                     ExpressionAttributeValues={
                         ":me": {"S": lease.owner},
                         ":epoch": {"N": str(lease.epoch)},
                         ":seq": {"N": str(seq)},
                         ":now": {"N": str(now_ms())},
-                    },
+                    }
+                    | cursor_value(cursor),
+                    ExpressionAttributeNames=CURSOR_NAMES,
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 )
             )
@@ -270,15 +276,16 @@ class LeaseStore:
             return _held_by(_old_item(error), lease)
         return True
 
-    async def release(self, lease: Lease, last_seq: int | None) -> bool:
+    async def release(self, lease: Lease, last_seq: int | None, cursor: str | None = None) -> bool:
         """Give the lease up at once (expiry 0), writing the final checkpoint with it."""
         update = "SET lease_expires_at_ms = :zero, updated_at_ms = :now REMOVE lease_owner"
         values: dict[str, Any] = {":zero": {"N": "0"}, ":now": {"N": str(now_ms())}}
         if last_seq is not None and last_seq > lease.start_seq:
             update = (
-                "SET lease_expires_at_ms = :zero, updated_at_ms = :now, last_seq = :seq REMOVE lease_owner"
+                f"SET lease_expires_at_ms = :zero, updated_at_ms = :now, last_seq = :seq, {_SET_CURSOR} "
+                "REMOVE lease_owner"
             )
-            values[":seq"] = {"N": str(last_seq)}
+            values |= {":seq": {"N": str(last_seq)}} | cursor_value(cursor)
         return await self._conditional(lease, update, values)
 
     async def record_failure(self, lease: Lease, reason: str) -> bool:
@@ -288,7 +295,9 @@ class LeaseStore:
             {":error": {"S": reason[:500]}, ":now": {"N": str(now_ms())}, ":one": {"N": "1"}},
         )
 
-    async def mark_failed(self, lease: Lease, reason: str, last_seq: int | None = None) -> bool:
+    async def mark_failed(
+        self, lease: Lease, reason: str, last_seq: int | None = None, cursor: str | None = None
+    ) -> bool:
         """A connection that can never work: stop it with a reason instead of bouncing it.
 
         `last_seq`, what the sink accepted, is written too (only forward), so that an operator's
@@ -305,8 +314,8 @@ class LeaseStore:
             ":one": {"N": "1"},
         }
         if last_seq is not None and last_seq > lease.start_seq:
-            update += ", last_seq = :seq"
-            values[":seq"] = {"N": str(last_seq)}
+            update += f", last_seq = :seq, {_SET_CURSOR}"
+            values |= {":seq": {"N": str(last_seq)}} | cursor_value(cursor)
         return await self._conditional(lease, f"{update} ADD failures :one REMOVE lease_owner", values)
 
     async def find_orphans(self, limit: int) -> list[str]:
@@ -396,6 +405,7 @@ class LeaseStore:
                         ":epoch": {"N": str(lease.epoch)},
                         **values,
                     },
+                    **cursor_names(update),
                 )
             )
         except ClientError as error:
@@ -467,3 +477,13 @@ def _lost_from(error: ClientError, reason: str) -> Lost:
     state = old.get("desired_state", {}).get("S")
     detail = f"held by {holder} at epoch {epoch_raw}" if holder else f"desired_state {state}"
     return Lost(holder, int(epoch_raw) if epoch_raw else None, f"{reason}: {detail}")
+
+
+def cursor_value(cursor: str | None) -> dict[str, Any]:
+    """The `:cursor` value of a checkpoint write (`_SET_CURSOR`)."""
+    return {":cursor": {"NULL": True} if cursor is None else {"S": cursor}}
+
+
+def cursor_names(update: str) -> dict[str, Any]:
+    """ExpressionAttributeNames for an update that may set the cursor."""
+    return {"ExpressionAttributeNames": CURSOR_NAMES} if "#cursor" in update else {}

@@ -83,6 +83,8 @@ class MetricName(StrEnum):
     # The audit (worker/audit.py) found the table and our registry disagreeing, and repaired it:
     # a bug in our code or a lost DynamoDB reply. Any repair is worth an operator's look.
     LeasesRepaired = "LeasesRepaired"
+    GapsMarked = "GapsMarked"  # gap markers delivered: holes a feed that cannot replay could not avoid
+    GapSeconds = "GapSeconds"  # each marker's known width (until_ms - since_ms), in seconds
 
 
 MetricKind = Literal["counter", "observation", "gauge"]
@@ -104,6 +106,8 @@ METRIC_KINDS: dict[MetricName, MetricKind] = {
     MetricName.SinkErrors: "counter",
     MetricName.Reconnects: "counter",
     MetricName.ProtocolErrors: "counter",
+    MetricName.GapsMarked: "counter",
+    MetricName.GapSeconds: "observation",
     MetricName.ReplaysDropped: "counter",
     MetricName.CheckpointLagSeq: "observation",
     MetricName.LeasesRepaired: "counter",

@@ -196,6 +196,12 @@ class UpstreamProtocol(Protocol):
 
     name: str
 
+    @property
+    def resumable(self) -> bool:
+        """True when a new socket resumes from the checkpoint cursor (the feed can replay): its
+        cursor must then fit a checkpoint entry; otherwise the cursor only bounds gap markers."""
+        ...
+
     def references(self) -> frozenset[str]:
         """The `env:NAME` and `secret:NAME#KEY` references the templates use."""
         ...

@@ -20,8 +20,20 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from typing import Any, Final
 
+from leaseworker.protocol.adapter import (
+    Action,
+    ConnectRequest,
+    Dropped,
+    Emit,
+    Ready,
+    Reconnect,
+    Release,
+    Send,
+    SocketContext,
+)
 from leaseworker.protocol.base import DataFrame, ErrorFrame, ProtocolError, ReplayedFrame
 
 NAME: Final = "seqfeed/1"
@@ -166,10 +178,70 @@ def _utf8_len(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
+class SeqfeedSocket:
+    """The per-socket adapter (protocol/adapter.py): one subscribe frame, then contiguous data.
+
+    A ProtocolError reconnects after the last delivered seq (§4.1 rule 6); `stale_epoch` releases
+    the lease, since someone else owns the connection now; any other error frame reconnects."""
+
+    def __init__(self, url: str, context: SocketContext) -> None:
+        self._url = url
+        self._context = context
+        self._decoder = SeqfeedDecoder(context.resume.seq)
+
+    def connect_request(self) -> ConnectRequest:
+        return ConnectRequest(url=self._url, display_url=self._url, max_frame_bytes=MAX_FRAME_BYTES)
+
+    def on_open(self, now: float, wall_ms: int) -> Sequence[Action]:
+        context = self._context
+        subscribe = subscribe_frame(
+            connection_id=context.connection_id,
+            after_seq=context.resume.seq,
+            epoch=context.epoch,
+            worker_id=context.worker_id,
+        )
+        return [Send(subscribe), Ready()]
+
+    def on_frame(self, frame: str | bytes, now: float, wall_ms: int) -> Sequence[Action]:
+        try:
+            decoded = self._decoder.decode(frame)
+        except ProtocolError as error:
+            return [Reconnect(f"protocol error: {error}", kind="protocol")]
+        if isinstance(decoded, ReplayedFrame):
+            return [Dropped("replay")]
+        if isinstance(decoded, ErrorFrame):
+            if decoded.code == STALE_EPOCH:
+                return [Release(f"upstream says stale epoch: {decoded.message}")]
+            return [Reconnect(f"upstream error {decoded.code}: {decoded.message}", kind="error")]
+        return [Emit(decoded.data)]
+
+    def on_timer(self, now: float, wall_ms: int) -> Sequence[Action]:
+        return []
+
+    def next_timer(self) -> float | None:
+        return None
+
+    def on_close(self, code: int | None, reason: str, wall_ms: int) -> Sequence[Action]:
+        return [Reconnect(f"upstream closed: {code} {reason}".strip())]
+
+
 class SeqfeedProtocol:
     """The `seqfeed/1` adapter: one subscribe frame, then contiguous data frames."""
 
     name: str = NAME
+    resumable: bool = True
+
+    def __init__(self, url: str = "") -> None:
+        self._url = url
+
+    def references(self) -> frozenset[str]:
+        return frozenset()
+
+    def seq_base(self, start_seq: int) -> int:
+        return 0  # records carry the upstream's own seq
+
+    def adapter(self, context: SocketContext, now: float) -> SeqfeedSocket:
+        return SeqfeedSocket(self._url, context)
 
     def opening_frames(self, *, connection_id: str, after_seq: int, epoch: int, worker_id: str) -> list[str]:
         return [

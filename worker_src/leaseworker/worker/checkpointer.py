@@ -57,10 +57,17 @@ class Checkpointer:
             # release that does not land must not leave the successor only the claim-time
             # last_seq: review 2026-12-05, C2) and lapsed. The entry is its only fresh checkpoint.
             live += self._registry.lapsed()
-            progress = [Progress(o.lease, o.session.delivered_seq, o.session.checkpointed_seq) for o in live]
+            progress = [
+                Progress(
+                    o.lease, o.session.delivered_seq, o.session.checkpointed_seq, o.session.delivered_cursor
+                )
+                for o in live
+            ]
         else:
             progress = [
-                Progress(o.lease, o.session.delivered_seq, o.session.checkpointed_seq)
+                Progress(
+                    o.lease, o.session.delivered_seq, o.session.checkpointed_seq, o.session.delivered_cursor
+                )
                 for o in live
                 if o.session.delivered_seq > o.session.checkpointed_seq
             ]

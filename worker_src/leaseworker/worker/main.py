@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import aioboto3
 
@@ -24,7 +24,7 @@ from leaseworker.notify import Hint, Notifier, notifications
 from leaseworker.observability.logging import configure_logging, get_logger
 from leaseworker.observability.metrics import DEFAULT_NAMESPACE, WorkerMetrics
 from leaseworker.observability.tracing import configure_tracing
-from leaseworker.protocol.seqfeed import SeqfeedProtocol
+from leaseworker.secrets import ReferenceResolver, secrets_client
 from leaseworker.settings import Settings
 from leaseworker.sinks.base import Sink
 from leaseworker.sinks.factory import open_sink
@@ -83,7 +83,11 @@ async def build_worker(
     tracing = configure_tracing(settings.otel_endpoint)
     stack.push_async_callback(asyncio.to_thread, tracing.shutdown)
     deps = SessionDeps(
-        settings=settings, sink=sink, protocol=SeqfeedProtocol(), metrics=metrics, tracing=tracing
+        settings=settings,
+        sink=sink,
+        metrics=metrics,
+        tracing=tracing,
+        references=ReferenceResolver(_LazySecretsClient(stack, session, settings)),
     )
     health = HealthFile.from_env()  # what `leaseworker health` (the container's check) reads
     worker = Worker(
@@ -100,6 +104,23 @@ async def build_worker(
         on_stopping=health.stopping,
     )
     return worker, metrics
+
+
+class _LazySecretsClient:
+    """Opens the Secrets Manager client on the first `{{secret:…}}` a connection uses, so a
+    worker whose feeds need none never builds one (nor needs a region or credentials for it)."""
+
+    def __init__(self, stack: AsyncExitStack, session: aioboto3.Session, settings: Settings) -> None:
+        self._stack, self._session, self._settings = stack, session, settings
+        self._client: Any = None
+        self._opening = asyncio.Lock()
+
+    async def get_secret_value(self, *, SecretId: str) -> Mapping[str, object]:
+        async with self._opening:
+            if self._client is None:
+                self._client = await secrets_client(self._stack, self._session, self._settings)
+        response: Mapping[str, object] = await self._client.get_secret_value(SecretId=SecretId)
+        return response
 
 
 def coordination(ddb: DynamoDBClient, settings: Settings) -> Coordination:

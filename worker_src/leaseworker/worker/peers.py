@@ -37,6 +37,7 @@ from leaseworker.lease.liveness import (
     Verdict,
     read_listing,
 )
+from leaseworker.lease.model import NO_CHECKPOINT
 from leaseworker.lease.ownership import Ownership
 from leaseworker.lease.rendezvous import claim_delay
 from leaseworker.lease.session_store import SessionStore
@@ -69,6 +70,7 @@ class Takeover:
     resume_seq: int  # the dead holder's checkpoint entry at the connection's epoch, or -1
     confirmed: bool
     since_ms: int  # the death as best known, for TakeoverSeconds
+    resume_cursor: str | None = None  # the cursor of that entry (JSON text), where it has one
 
 
 class PeerWatch:
@@ -261,24 +263,25 @@ class PeerWatch:
         if not (stopped or claimable) or self._stop.is_set():
             return
         try:
-            entries = await self._checkpoints.read(dead)
+            entries, cursors = await self._checkpoints.read_with_cursors(dead)
         except StoreError as error:
             logger.warning(
                 "could not read a fenced peer's checkpoints", extra={"peer": dead, "error": str(error)}
             )
             return
         for connection in stopped:  # nobody will claim it: free it for `remove`, checkpoint kept
-            await self._release_for(
-                dead, connection, resume_seq(entries, connection.connection_id, connection.epoch)
-            )
+            resume = resume_seq(entries, connection.connection_id, connection.epoch)
+            cursor = cursors.get(connection.connection_id) if resume > NO_CHECKPOINT else None
+            await self._release_for(dead, connection, resume, cursor)
         if not claimable:
             return
         assert self._group is not None
         for connection in claimable:
             delay = claim_delay(connection.connection_id, self._me, live, TAKEOVER_STEP_SECONDS)
             resume = resume_seq(entries, connection.connection_id, connection.epoch)
+            cursor = cursors.get(connection.connection_id) if resume > NO_CHECKPOINT else None
             self._scheduled.add(connection.connection_id)
-            claim = Takeover(connection, dead, resume, confirmed, since_ms)
+            claim = Takeover(connection, dead, resume, confirmed, since_ms, cursor)
             self._group.create_task(self._claim_later(claim, delay))
 
     async def _claim_later(self, takeover: Takeover, delay: float) -> None:
@@ -307,6 +310,7 @@ class PeerWatch:
                     dead=takeover.dead,
                     resume_seq=takeover.resume_seq,
                     confirmed=takeover.confirmed,
+                    resume_cursor=takeover.resume_cursor,
                 )
 
             await self._acquirer.claim(
@@ -328,9 +332,11 @@ class PeerWatch:
             await self._relay.pass_on(connection_id)
         return False
 
-    async def _release_for(self, dead: str, connection: OwnedConnection, resume: int) -> None:
+    async def _release_for(
+        self, dead: str, connection: OwnedConnection, resume: int, cursor: str | None
+    ) -> None:
         try:
-            await self._held.free_for(connection, dead=dead, resume_seq=resume)
+            await self._held.free_for(connection, dead=dead, resume_seq=resume, resume_cursor=cursor)
         except StoreError as error:
             logger.warning("could not free a fenced peer's stopped connection", extra={"error": str(error)})
 

@@ -1,55 +1,60 @@
-"""One session task per owned connection: connect, subscribe after the checkpoint, deliver.
+"""One session task per owned connection: connect, run the protocol's open steps, deliver.
 
 The session never decides ownership; it obeys it. Before every sink write it checks the lease's
 local monotonic deadline (DESIGN.md §2d), and a timer aborts the socket the instant that deadline
 passes, so a worker that wakes from a pause past its deadline delivers nothing. Checkpoints are
-written by the worker's checkpoint loop from `delivered_seq`, which only moves after the sink
-has acknowledged (by the accepted prefix when the sink took only part of a batch).
+written by the worker's checkpoint loop from `delivered_seq` and `delivered_cursor`, which only
+move after the sink has acknowledged (by the accepted prefix when the sink took only part of a
+batch).
+
+The session never learns which feed it talks to: the connection's protocol (protocol/registry.py)
+gives a Sans-I/O adapter per socket, and the session performs the adapter's actions
+(worker/socket_run.py). It numbers the records: its counter continues the checkpoint's
+`last_seq`, and a record's `seq` is that counter minus the protocol's `seq_base` (seqfeed/1: the
+upstream's own seq; generic/1: 0, 1, 2, … in each epoch).
 
 Nothing an upstream does ends a session (L3, DESIGN.md §2c): a close at any point, a frame that
-breaks the protocol or a failed connect is a reconnect with backoff, and the reason goes to
-`last_error`. The backoff starts again only after a connection stayed up HEALTHY_SECONDS. An
-unexpected exception inside one connection attempt is a crash: the session keeps its lease,
-records it and backs off; MAX_CONSECUTIVE_CRASHES crashes with no delivery in between end the
-session as FAILED, so the connection is stopped with a reason instead of bouncing between
-workers. The worst-case memory of one connection is stated in worker/upstream.py.
+breaks the protocol, a refusal or a failed connect is a reconnect with backoff, and the reason goes
+to `last_error`. The backoff starts again only after a connection stayed up HEALTHY_SECONDS.
+Repeated failures at the same position (protocol errors, error frames, auth refusals, crashes:
+MAX_FAILURES_AT_POSITION of them with nothing delivered in between) end the session as FAILED, so
+a poison frame or a revoked key stops the connection with a reason instead of bouncing it. A
+connection-limit refusal (`limit`) never counts: a paused old owner's socket may linger upstream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import math
+import json
 import time
-from dataclasses import dataclass
-from typing import NoReturn
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from websockets.asyncio.client import ClientConnection
-from websockets.exceptions import ConnectionClosed
-
-from leaseworker.lease.model import DEADLINE_PASSED, UPSTREAM_STALE_EPOCH, Lease, LeaseState
+from leaseworker.lease.checkpoint_store import MAX_CURSOR_BYTES
+from leaseworker.lease.model import DEADLINE_PASSED, NO_CHECKPOINT, Lease, LeaseState
 from leaseworker.no_linger import send_deadline
 from leaseworker.observability.logging import get_logger, log_context
 from leaseworker.observability.metrics import MetricName, WorkerMetrics
 from leaseworker.observability.tracing import Tracing
-from leaseworker.protocol.base import DataFrame, ErrorFrame, ProtocolError, ReplayedFrame, UpstreamProtocol
-from leaseworker.protocol.seqfeed import STALE_EPOCH
+from leaseworker.protocol.adapter import ConfigError, OpenReason, UpstreamProtocol
+from leaseworker.protocol.registry import ProtocolSpec, build, parse_config_text
 from leaseworker.records import SinkRecord
 from leaseworker.settings import Settings
 from leaseworker.sinks.base import Sink, SinkError, writes_at_once
-from leaseworker.worker import upstream
-from leaseworker.worker.backoff import FatalUpstreamError, ReconnectPacing, check_upstream_url, is_fatal
-from leaseworker.worker.batch import BATCH_LINGER_SECONDS, Batch, frame_size
+from leaseworker.worker.backoff import FatalUpstreamError, ReconnectPacing
+from leaseworker.worker.batch import Batch
 from leaseworker.worker.failures import FailureRecorder, RecordFailure
 from leaseworker.worker.fence import LeaseFence
 
 logger = get_logger(__name__)
 
-MAX_CONSECUTIVE_CRASHES = 5  # crashes with no delivery in between before the connection is failed
+MAX_FAILURES_AT_POSITION = 5  # failures with no delivery in between before the connection is failed
+MAX_CONSECUTIVE_CRASHES = MAX_FAILURES_AT_POSITION  # crashes count among them
 
 
 class Outcome(enum.Enum):
-    RELEASE = "release"  # shutdown, or the connection was STOPPED: release with the final checkpoint
+    RELEASE = "release"  # shutdown, the connection was STOPPED, or another epoch owns it: release
     LOST = "lost"  # the lease is gone (taken over, removed, self-fenced): write nothing more
     FAILED = "failed"  # the connection can never work as configured: mark it failed
 
@@ -60,50 +65,78 @@ class SessionResult:
     reason: str
 
 
-class _SinkFailed(Exception):
-    """Internal: the sink refused a batch; resubscribe after the last delivered seq."""
+class References(Protocol):
+    """Resolves `env:NAME` and `secret:NAME#KEY` references (leaseworker/secrets.py)."""
+
+    async def resolve(self, refs: Any) -> dict[str, str]: ...
+
+    def invalidate(self, refs: Any) -> None: ...
 
 
-class _Ended(Exception):
-    """Internal: the connection ended for `reason` (a close, a protocol error...): reconnect."""
+class NoReferences:
+    """For a worker without a secrets client: environment references only."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    async def resolve(self, refs: Any) -> dict[str, str]:
+        import os
 
+        values: dict[str, str] = {}
+        for ref in refs:
+            name = ref.removeprefix("env:")
+            if not ref.startswith("env:") or name not in os.environ:
+                raise ConfigError("references", f"{ref} cannot be resolved here")
+            values[ref] = os.environ[name]
+        return values
 
-class _Stop(Exception):
-    """Internal: leave the delivery loop with a result."""
-
-    def __init__(self, result: SessionResult) -> None:
-        super().__init__(result.reason)
-        self.result = result
+    def invalidate(self, refs: Any) -> None:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
 class SessionDeps:
     settings: Settings
     sink: Sink
-    protocol: UpstreamProtocol
     metrics: WorkerMetrics
     tracing: Tracing
+    references: References = field(default_factory=NoReferences)
+
+
+class _SinkFailed(Exception):
+    """Internal: the sink refused a batch; resubscribe after the last delivered seq."""
+
+
+class CursorTooLarge(ValueError):
+    """A resumable feed's checkpoint cursor that one checkpoint entry cannot hold."""
+
+
+class Stop(Exception):
+    """Leave the delivery loop with a result."""
+
+    def __init__(self, result: SessionResult) -> None:
+        super().__init__(result.reason)
+        self.result = result
 
 
 class ConnectionSession:
     def __init__(self, lease: Lease, deps: SessionDeps, record_failure: RecordFailure) -> None:
         self.lease = lease
         self.delivered_seq = lease.start_seq
+        self.delivered_cursor = lease.start_cursor  # JSON text, beside delivered_seq
+        self.delivered_at_ms: int | None = None  # when the last delivered record was received
         self.checkpointed_seq = lease.start_seq
-        self.replays_dropped = 0  # overlapping replays (seq <= last accepted) dropped, §4.5
-        self.crashes = 0  # consecutive crashes, reset by any delivery
-        self._deps = deps
-        self._settings = deps.settings
-        self._failures = FailureRecorder(record_failure)
-        self._ws: ClientConnection | None = None
-        self._stop_requested = asyncio.Event()
+        self.replays_dropped = 0  # overlapping replays dropped (§4.1 rule 5), duplicates by id
+        self.failures_here = 0  # failures at the current position, reset by any delivery
+        self.open_reason: OpenReason = "connect" if lease.start_seq == NO_CHECKPOINT else "takeover"
+        self.deps = deps
+        self.settings = deps.settings
+        self.failures = FailureRecorder(record_failure)
+        self.batch = Batch()
+        self.batch_cursors: list[str | None] = []  # the checkpoint cursor after each batched record
+        self.stop_requested = asyncio.Event()
+        self.protocol: UpstreamProtocol | None = None  # built from the lease when the task starts
         self._fence = LeaseFence(lease, self._on_deadline)
-        self._batch = Batch()
         self._writes_at_once = writes_at_once(deps.sink)
+        self._abort_socket: list[Any] = []  # the open sockets' transports, aborted on the deadline
+        self.current_ws: Any = None  # the socket records come from now (SocketRun sets it)
 
     # ------------------------------------------------------------------ control, from the worker
 
@@ -112,285 +145,202 @@ class ConnectionSession:
         if self.lease.state is LeaseState.HELD:
             self.lease.state = LeaseState.RELEASING
             self.lease.end_reason = reason
-        self._stop_requested.set()
+        self.stop_requested.set()
 
     def lose(self, reason: str) -> None:
         """The lease is gone: abort the socket at once, no close handshake, deliver nothing."""
         self.lease.lose(reason)
-        self._abort()
-        self._stop_requested.set()
+        self.abort()
+        self.stop_requested.set()
 
     # ------------------------------------------------------------------ the task
 
     async def run(self) -> SessionResult:
+        from leaseworker.worker.socket_run import SocketRun  # the per-socket half
+
         with log_context(connection_id=self.lease.connection_id, epoch=self.lease.epoch):
             self._fence.arm()
             try:
-                check_upstream_url(self.lease.ws_url, allow_insecure=self._settings.allow_insecure_ws)
-                async with asyncio.TaskGroup() as group:
-                    closer = group.create_task(self._close_on_request())
-                    try:
-                        return await self._deliver_forever()
-                    finally:
-                        self._stop_requested.set()
-                        await closer
+                self.protocol = self._build_protocol()
+                return await self._deliver_forever(SocketRun)
             except FatalUpstreamError as error:
                 logger.error("connection can never work", extra={"reason": str(error)})
                 return SessionResult(Outcome.FAILED, str(error))
+            except ConfigError as error:
+                logger.error("invalid protocol config", extra={"reason": str(error)})
+                return SessionResult(Outcome.FAILED, f"invalid protocol config: {error}")
             finally:
                 self._fence.cancel()
 
-    async def _deliver_forever(self) -> SessionResult:
+    def _build_protocol(self) -> UpstreamProtocol:
+        lease = self.lease
+        spec = ProtocolSpec(lease.protocol, lease.ws_url, parse_config_text(lease.protocol_config))
+        return build(spec)
+
+    async def _deliver_forever(self, socket_run: Any) -> SessionResult:
         pacing = ReconnectPacing()
-        crashed_at = self.delivered_seq
+        failed_at = self.delivered_seq
         while True:
-            if self._stopping():
-                return self._ending()
+            if self.stopping():
+                return self.ending()
+            crashed: str | None = None
             try:
-                reason = await self._attempt(pacing)
-            except _Stop as stop:
+                reason, counts = await socket_run(self).attempt(pacing)
+            except Stop as stop:
                 return stop.result
+            except (FatalUpstreamError, ConfigError):
+                raise
             except Exception as error:  # a bug or an input nobody foresaw: contained, counted
-                if self.delivered_seq > crashed_at:
-                    self.crashes = 0  # it delivered since the last crash: not "in a row"
-                crashed_at = self.delivered_seq
-                self.crashes += 1
-                what = f"{type(error).__name__}: {error}"
-                logger.exception(
-                    "session crashed; keeping the lease and backing off", extra={"crashes": self.crashes}
-                )
-                if self.crashes >= MAX_CONSECUTIVE_CRASHES:
-                    return SessionResult(Outcome.FAILED, f"session crashed {self.crashes} times: {what}")
-                reason = f"session crashed: {what}"
-            if self._stopping():
-                return self._ending()
+                logger.exception("session crashed; keeping the lease and backing off")
+                reason, counts = f"session crashed: {type(error).__name__}: {error}", True
+                crashed = f"{type(error).__name__}: {error}"
+            if counts:
+                if self.delivered_seq > failed_at:
+                    self.failures_here = 0  # it delivered since the last failure: not "in a row"
+                failed_at = self.delivered_seq
+                self.failures_here += 1
+                if self.failures_here >= MAX_FAILURES_AT_POSITION:
+                    n = self.failures_here
+                    why = (
+                        f"session crashed {n} times: {crashed}"
+                        if crashed
+                        else f"{n} failures at seq {failed_at}"
+                    )
+                    return SessionResult(Outcome.FAILED, why if crashed else f"{why}: {reason}")
+            if self.stopping():
+                return self.ending()
             await self._retry_later(reason, pacing.next_delay())
 
-    async def _attempt(self, pacing: ReconnectPacing) -> str:
-        """One connection: connect, subscribe, deliver until it ends. Returns why it ended."""
-        with self._deps.tracing.span(
-            "session.connect", connection_id=self.lease.connection_id, epoch=self.lease.epoch
-        ):
-            try:
-                ws = await upstream.open_unless_stopped(self.lease.ws_url, self._stop_requested)
-            except Exception as error:
-                if is_fatal(error):
-                    raise _Stop(SessionResult(Outcome.FAILED, f"{type(error).__name__}: {error}")) from None
-                return f"connect failed: {type(error).__name__}: {error}"
-        if ws is None:
-            raise _Stop(self._ending())
-        self._ws = ws
-        pacing.connected()
-        try:
-            if self._stopping():
-                # Stopped or fenced as the handshake completed: the closer saw no socket.
-                raise _Stop(self._ending())
-            await self._subscribe(ws)
-            await self._stream(ws)
-        except _Ended as ended:
-            return ended.reason
-        except _SinkFailed as error:
-            return f"sink error: {error}"
-        except ConnectionClosed as closed:  # wherever else it surfaces: still just a close
-            return f"upstream closed: {closed}"
-        finally:
-            self._ws = None
-            pacing.disconnected()
-            self._batch.clear()  # undelivered records are fetched again after delivered_seq
-            await self._close(ws)
+    # ------------------------------------------------------------------ records and the sink
 
-    async def _subscribe(self, ws: ClientConnection) -> None:
+    def add_record(
+        self, record_kind: str, data: Any, *, cursor: Any, key: str | None, checkpoint: Any, size: int
+    ) -> None:
+        """Number a record and put it in the batch (the caller delivers when the batch is full)."""
+        protocol = self.protocol
+        assert protocol is not None
+        counter = self.delivered_seq + len(self.batch) + 1
+        previous = self.batch_cursors[-1] if self.batch_cursors else self.delivered_cursor
         lease = self.lease
-        try:
-            for opening in self._deps.protocol.opening_frames(
-                connection_id=lease.connection_id,
-                after_seq=self.delivered_seq,
-                epoch=lease.epoch,
-                worker_id=lease.owner,
-            ):
-                await ws.send(opening)
-        except ConnectionClosed as closed:
-            raise _Ended(f"upstream closed before the subscribe was sent: {closed}") from None
-        logger.info("subscribed", extra={"after_seq": self.delivered_seq, "url": lease.ws_url})
-
-    async def _stream(self, ws: ClientConnection) -> NoReturn:
-        """Deliver until the socket ends; raises _Ended with the reason."""
-        decoder = self._deps.protocol.decoder(self.delivered_seq)
-        batch = self._batch
-        replayed = 0
-        # Lingering (waiting up to BATCH_LINGER_SECONDS for more frames before a write) pays only
-        # when frames come closer together than that. On a sparse stream every linger would end
-        # in a timeout, whose cancellation costs more than the write it saves, so after a linger
-        # that gathered nothing each record is written at once, until a frame arrives within a
-        # linger of the last write: then lingering starts again.
-        linger = True
-        alone_at = -math.inf  # when a record was last written at once, without lingering
-        try:
-            while True:
-                try:
-                    if batch:
-                        async with asyncio.timeout(batch.linger_left()):
-                            raw = await ws.recv()
-                    else:
-                        raw = await ws.recv()
-                except TimeoutError:
-                    linger = len(batch) > 1
-                    await self._deliver()
-                    continue
-                except ConnectionClosed as closed:
-                    await self._deliver()
-                    raise _Ended(await self._on_close(closed)) from None
-                try:
-                    frame = decoder.decode(raw)
-                except ProtocolError as error:
-                    await self._deliver()
-                    raise _Ended(await self._protocol_error(str(error))) from None
-                if isinstance(frame, ReplayedFrame):
-                    if not replayed:  # once per subscription at once, the total when it ends
-                        logger.info(
-                            "overlapping replay: dropping frames already accepted",
-                            extra={"seq": frame.seq, "last_seq": decoder.last_seq},
-                        )
-                    replayed += 1
-                    self.replays_dropped += 1
-                    self._deps.metrics.count(MetricName.ReplaysDropped)
-                    continue
-                if isinstance(frame, ErrorFrame):
-                    await self._deliver()
-                    raise _Ended(await self._error_frame(frame))
-                assert isinstance(frame, DataFrame)
-                size = frame_size(raw) if isinstance(raw, str) else len(raw)
-                if not batch.fits(size):
-                    await self._deliver()
-                batch.add(self._record(frame), size)
-                if not linger and len(batch) == 1:
-                    now = time.monotonic()
-                    linger = now - alone_at < BATCH_LINGER_SECONDS
-                    alone_at = now
-                if batch.full or not linger:
-                    await self._deliver()
-        finally:
-            if replayed:
-                logger.warning(
-                    "overlapping replay dropped",
-                    extra={"dropped": replayed, "dropped_total": self.replays_dropped},
-                )
-
-    def _record(self, frame: DataFrame) -> SinkRecord:
-        lease = self.lease
-        return SinkRecord(
+        record = SinkRecord(
             connection_id=lease.connection_id,
-            seq=frame.seq,
+            seq=counter - protocol.seq_base(lease.start_seq),
             epoch=lease.epoch,
             worker_id=lease.owner,
             received_at_ms=time.time_ns() // 1_000_000,
-            data=frame.data,
+            data=data,
+            cursor=cursor,
+            kind=record_kind,
+            key=key,
         )
+        cursor_text = previous if checkpoint is None else self._checkpoint_text(checkpoint)  # may refuse
+        self.batch.add(record, size)
+        self.batch_cursors.append(cursor_text)
 
-    async def _on_close(self, closed: ConnectionClosed) -> str:
-        broken = upstream.protocol_close(closed)
-        if broken is not None:
-            return await self._protocol_error(broken)
-        return f"upstream closed: {closed}"
+    def _checkpoint_text(self, checkpoint: Any) -> str | None:
+        text = json.dumps(checkpoint, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        if len(text.encode("utf-8", "surrogatepass")) <= MAX_CURSOR_BYTES:
+            return text
+        if self.protocol is None or self.protocol.resumable:
+            raise CursorTooLarge(
+                f"checkpoint cursor of {len(text)} bytes exceeds the {MAX_CURSOR_BYTES}-byte limit"
+            )
+        return None  # a feed that cannot replay: the cursor only bounds the next gap marker
 
-    async def _protocol_error(self, what: str) -> str:
-        self._deps.metrics.count(MetricName.ProtocolErrors)
-        logger.warning("protocol error; resubscribing", extra={"error": what})
-        await self._failures(self.lease, f"protocol error: {what}")
-        return f"protocol error: {what}"
-
-    async def _error_frame(self, frame: ErrorFrame) -> str:
-        if frame.code == STALE_EPOCH:
-            # The upstream has seen a newer epoch: deliver nothing more. The item may still name
-            # us, so the settler hands it back conditionally (review 2026-12-05, E).
-            logger.warning("upstream says stale epoch", extra={"upstream_message": frame.message})
-            self.lose(UPSTREAM_STALE_EPOCH)
-            raise _Stop(SessionResult(Outcome.LOST, UPSTREAM_STALE_EPOCH))
-        logger.warning("upstream error frame", extra={"code": frame.code, "upstream_message": frame.message})
-        await self._failures(self.lease, f"upstream error {frame.code}: {frame.message}")
-        return f"upstream error {frame.code}"
-
-    async def _deliver(self) -> None:
+    async def deliver(self) -> None:
         """Hand the batch to the sink if, and only if, the lease is still valid right now."""
-        batch = self._batch.records
+        batch, cursors = self.batch.records, self.batch_cursors
         if not batch:
             return
-        self._batch.clear()
+        self.clear_batch()
         now = time.monotonic()
         if not self.lease.is_valid(now):
-            raise _Stop(self._ending())
+            raise Stop(self.ending())
         try:
             if self._writes_at_once:
-                # Nothing to time: the write asks `valid` and ends within the call. (A timer per
-                # write left a cancelled handle per message in the loop's heap, alive for the GC
-                # until the lease's deadline.)
-                await self._deps.sink.write(batch, valid=self._valid)
+                await self.deps.sink.write(batch, valid=self.valid)
             else:
                 # The write may not outlive the lease: past the deadline another epoch may deliver.
                 with send_deadline(self.lease.valid_until):  # checked again at each socket write
                     async with asyncio.timeout(self.lease.valid_until - now):
-                        await self._deps.sink.write(batch, valid=self._valid)
+                        await self.deps.sink.write(batch, valid=self.valid)
         except (SinkError, TimeoutError) as error:
             accepted = min(max(error.accepted, 0), len(batch)) if isinstance(error, SinkError) else 0
-            self._delivered(batch[:accepted])
-            self._deps.metrics.count(MetricName.SinkErrors)
+            self._delivered(batch[:accepted], cursors[:accepted])
+            self.deps.metrics.count(MetricName.SinkErrors)
             logger.error(
                 "sink refused a batch; resubscribing",
                 extra={"error": str(error) or "timeout", "accepted": accepted, "batch": len(batch)},
             )
             raise _SinkFailed(str(error) or "sink write timed out") from None
-        self._delivered(batch)
+        self._delivered(batch, cursors)
 
-    def _delivered(self, records: list[SinkRecord]) -> None:
-        if records:
-            self.delivered_seq = records[-1].seq
-            self._deps.metrics.count(MetricName.MessagesDelivered, len(records))
+    def clear_batch(self) -> None:
+        self.batch.clear()
+        self.batch_cursors = []
+
+    def _delivered(self, records: list[SinkRecord], cursors: list[str | None]) -> None:
+        if not records:
+            return
+        protocol = self.protocol
+        assert protocol is not None
+        self.delivered_seq = records[-1].seq + protocol.seq_base(self.lease.start_seq)
+        self.delivered_cursor = cursors[-1]
+        self.delivered_at_ms = records[-1].received_at_ms
+        self.open_reason = "reconnect"  # a hole from here on starts after a delivered record
+        metrics = self.deps.metrics
+        data = sum(1 for r in records if r.kind == "data")
+        if data:
+            metrics.count(MetricName.MessagesDelivered, data)
+        for record in records:
+            if record.kind == "gap":
+                metrics.count(MetricName.GapsMarked)
+                since, until = record.data.get("since_ms"), record.data.get("until_ms")
+                if isinstance(since, int) and isinstance(until, int) and until >= since:
+                    metrics.observe(MetricName.GapSeconds, (until - since) / 1000)
 
     # ------------------------------------------------------------------ helpers
 
-    def _valid(self) -> bool:
+    def valid(self) -> bool:
         return self.lease.is_valid(time.monotonic())
 
-    def _stopping(self) -> bool:
-        return self._stop_requested.is_set() or not self._valid()
+    def stopping(self) -> bool:
+        return self.stop_requested.is_set() or not self.valid()
 
-    def _ending(self) -> SessionResult:
+    def ending(self) -> SessionResult:
         if self.lease.state is LeaseState.RELEASING and time.monotonic() < self.lease.valid_until:
             return SessionResult(Outcome.RELEASE, self.lease.end_reason or "released")
         if self.lease.state is not LeaseState.LOST:
             self.lease.lose(DEADLINE_PASSED)
-            self._deps.metrics.count(MetricName.SelfFenced)
+            self.deps.metrics.count(MetricName.SelfFenced)
             logger.warning("self-fenced: lease deadline passed without a renewal")
         return SessionResult(Outcome.LOST, self.lease.end_reason or "lost")
 
     async def _retry_later(self, reason: str, delay: float) -> None:
-        self._deps.metrics.count(MetricName.Reconnects)
+        self.deps.metrics.count(MetricName.Reconnects)
         logger.warning("reconnecting", extra={"reason": reason, "delay_s": round(delay, 3)})
-        await self._failures(self.lease, reason)
+        await self.failures(self.lease, reason)
         try:
             async with asyncio.timeout(delay):
-                await self._stop_requested.wait()
+                await self.stop_requested.wait()
         except TimeoutError:
             pass
 
-    async def _close_on_request(self) -> None:
-        await self._stop_requested.wait()
-        ws = self._ws
-        if ws is not None and self.lease.state is not LeaseState.LOST:
-            await self._close(ws)
+    def track_socket(self, transport: Any) -> None:
+        self._abort_socket.append(transport)
 
-    async def _close(self, ws: ClientConnection) -> None:
-        try:
-            async with asyncio.timeout(upstream.CLOSE_TIMEOUT_SECONDS + 0.5):
-                await ws.close(1001, "going away")
-        except TimeoutError:
-            ws.transport.abort()
+    def untrack_socket(self, transport: Any) -> None:
+        if transport in self._abort_socket:
+            self._abort_socket.remove(transport)
 
-    def _abort(self) -> None:
-        if self._ws is not None:
-            self._ws.transport.abort()
+    def abort(self) -> None:
+        for transport in list(self._abort_socket):
+            transport.abort()
 
     def _on_deadline(self) -> None:
         """The local deadline passed without a renewal: abort the socket at once (§2d)."""
-        self._abort()
-        self._stop_requested.set()
+        self.abort()
+        self.stop_requested.set()
+
+
+SinkFailed = _SinkFailed

@@ -85,7 +85,9 @@ class Settler:
         while True:
             try:
                 if result.outcome is Outcome.FAILED:
-                    await self._ownership.mark_failed(lease, result.reason, session.delivered_seq)
+                    await self._ownership.mark_failed(
+                        lease, result.reason, session.delivered_seq, session.delivered_cursor
+                    )
                     logger.error("connection marked failed", extra={"reason": result.reason})
                 else:
                     await self._release(session, result.reason)
@@ -111,7 +113,7 @@ class Settler:
     async def _release(self, session: ConnectionSession, reason: str) -> bool:
         lease = session.lease
         with self._tracing.span("lease.release", connection_id=lease.connection_id):
-            released = await self._ownership.release(lease, session.delivered_seq)
+            released = await self._ownership.release(lease, session.delivered_seq, session.delivered_cursor)
         extra = {"released": released, "last_seq": session.delivered_seq, "reason": reason}
         logger.info("lease released", extra=extra)
         return released

@@ -26,10 +26,11 @@ import asyncio
 from typing import Final
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.frames import CloseCode
+from websockets.typing import Subprotocol
 
-from leaseworker.protocol.seqfeed import MAX_FRAME_BYTES
+from leaseworker.protocol.adapter import ConnectRequest
 
 OPEN_TIMEOUT_SECONDS = 10.0  # TCP + TLS + HTTP upgrade; an upstream that never answers fails here
 CLOSE_TIMEOUT_SECONDS = 2.0
@@ -38,22 +39,27 @@ MAX_QUEUE_FRAMES: Final = 4  # high-water mark of the receive queue; resumes at 
 # Closes that websockets sends itself when a frame breaks the protocol: protocol errors, not
 # the upstream going away.
 _PROTOCOL_CLOSES: Final[dict[int, str]] = {
-    CloseCode.MESSAGE_TOO_BIG: f"oversized frame (> {MAX_FRAME_BYTES} bytes)",
+    CloseCode.MESSAGE_TOO_BIG: "oversized frame (over the connection's max_frame_bytes)",
     CloseCode.INVALID_DATA: "invalid UTF-8 in a text frame",
     CloseCode.PROTOCOL_ERROR: "malformed websocket frame",
 }
 
 
-async def open_unless_stopped(url: str, stop: asyncio.Event) -> ClientConnection | None:
-    """Connect to `url`; None if `stop` was set first (a stop, a lost lease or shutdown).
-
-    Connect errors (refused, TLS, a bad upgrade, the open timeout) are raised as they are."""
+async def open_unless_stopped(request: ConnectRequest, stop: asyncio.Event) -> ClientConnection | None:
+    """Open the socket `request` describes; None if `stop` was set first (a stop, a lost lease or
+    shutdown). Connect errors (refused, TLS, a bad upgrade, the open timeout) are raised as they
+    are; `refusal_status` tells an HTTP refusal (401, 403, 429) apart."""
     connecting = asyncio.ensure_future(
         connect(
-            url,
+            request.url,
+            additional_headers=list(request.headers) or None,
+            subprotocols=[Subprotocol(name) for name in request.subprotocols] or None,
+            compression="deflate" if request.compression else None,
             open_timeout=OPEN_TIMEOUT_SECONDS,
             close_timeout=CLOSE_TIMEOUT_SECONDS,
-            max_size=MAX_FRAME_BYTES,
+            ping_interval=request.ping_interval_s,
+            ping_timeout=request.ping_timeout_s,
+            max_size=request.max_frame_bytes,
             max_queue=MAX_QUEUE_FRAMES,
         )
     )
@@ -68,6 +74,13 @@ async def open_unless_stopped(url: str, stop: asyncio.Event) -> ClientConnection
     if connecting.cancelled():
         return None
     return connecting.result()
+
+
+def refusal_status(error: BaseException) -> int | None:
+    """The HTTP status of a refused upgrade (InvalidStatus), else None."""
+    if isinstance(error, InvalidStatus):
+        return error.response.status_code
+    return None
 
 
 def protocol_close(closed: ConnectionClosed) -> str | None:

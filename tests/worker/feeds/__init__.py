@@ -1,0 +1,1 @@
+"""Presets and local feed replays (DESIGN.md §4.2 "Presets")."""

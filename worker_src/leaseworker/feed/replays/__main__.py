@@ -1,0 +1,47 @@
+"""`python -m leaseworker.feed.replays FEED --port N [--rate R]`: run one feed's local replay
+until SIGTERM/SIGINT. When listening it prints one line, `{"feed": NAME, "url": "ws://…"}`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import Sequence
+
+from leaseworker.feed.replays import FEEDS, ReplayServer, load_feeds
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    load_feeds()
+    parser = argparse.ArgumentParser(prog="python -m leaseworker.feed.replays", description=__doc__)
+    parser.add_argument("feed", choices=sorted(FEEDS))
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
+    parser.add_argument("--rate", type=float, default=20.0, help="data messages per second per key")
+    parser.add_argument("--max-age", type=float, default=None, help="close every connection after S seconds")
+    return parser.parse_args(argv)
+
+
+async def serve_until_signalled(args: argparse.Namespace) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    async with ReplayServer(feed=args.feed, port=args.port, rate=args.rate, max_age_s=args.max_age) as server:
+        print(json.dumps({"feed": args.feed, "url": server.url}), flush=True)
+        await stop.wait()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        asyncio.run(serve_until_signalled(args))
+    except (OSError, ValueError) as exc:
+        print(f"leaseworker.feed.replays: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

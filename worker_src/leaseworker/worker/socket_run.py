@@ -1,0 +1,403 @@
+"""One socket of a session: open it as the adapter asks, then perform the adapter's actions.
+
+The adapter (protocol/adapter.py) decides everything about the feed; this module only does the
+I/O it asks for: sends, the sink batch, timers, the end of the socket, and make-before-break
+rotation (`Rotate`): the successor socket is opened and its open steps are done while the old
+one still delivers; then the old one is closed, and the successor's records that the old socket
+already delivered (an ordered cursor at or below the last one delivered for its key) are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
+from leaseworker.lease.model import UPSTREAM_STALE_EPOCH, LeaseState
+from leaseworker.observability.logging import get_logger
+from leaseworker.observability.metrics import MetricName
+from leaseworker.protocol.adapter import (
+    Action,
+    Dropped,
+    Emit,
+    Fail,
+    Gap,
+    Ready,
+    Reconnect,
+    Release,
+    Resume,
+    Rotate,
+    Send,
+    SocketAdapter,
+    SocketContext,
+)
+from leaseworker.worker import upstream
+from leaseworker.worker.backoff import ReconnectPacing, check_upstream_url, is_fatal
+from leaseworker.worker.batch import BATCH_LINGER_SECONDS, frame_size
+from leaseworker.worker.session import (
+    ConnectionSession,
+    CursorTooLarge,
+    Outcome,
+    SessionResult,
+    SinkFailed,
+    Stop,
+)
+
+logger = get_logger(__name__)
+
+GAP_RECORD_BYTES = 256  # a gap marker's size in the batch accounting
+# Which endings count toward failing the connection at one position: a frame that breaks the
+# protocol and an auth refusal will not go away by themselves; a close, a connection limit or an
+# upstream's error frame (`unavailable`, `try again`) may.
+_COUNTS: dict[str, bool] = {"closed": False, "limit": False, "protocol": True, "auth": True, "error": False}
+
+
+class _Ended(Exception):
+    """The socket ended for `reason`; `counts`: a failure at this position (poison, refusal)."""
+
+    def __init__(self, reason: str, counts: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.counts = counts
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _comparable(a: Any, b: Any) -> bool:
+    numbers = (int, float)
+    if isinstance(a, bool) or isinstance(b, bool):
+        return False
+    return (isinstance(a, numbers) and isinstance(b, numbers)) or (isinstance(a, str) and isinstance(b, str))
+
+
+class SocketRun:
+    def __init__(self, session: ConnectionSession) -> None:
+        self.s = session
+        self._linger = True
+        self._alone_at = -math.inf
+        self._overlap: dict[str | None, Any] | None = None  # after a rotation: last cursor per key
+        self._last_cursor: dict[str | None, Any] = {}
+        self._ws: ClientConnection
+        self._display_url = ""
+        self._ready = False  # the current socket's open steps are done
+        self._dropped = 0  # overlapping replays dropped on this socket
+
+    def _adapter(self, values: dict[str, str], resume: Resume) -> SocketAdapter:
+        s = self.s
+        protocol = s.protocol
+        assert protocol is not None
+        context = SocketContext(s.lease.connection_id, s.lease.epoch, s.lease.owner, resume, values)
+        return protocol.adapter(context, time.monotonic())
+
+    def _resume(self, reason: Any) -> Resume:
+        s = self.s
+        cursor = s.batch_cursors[-1] if s.batch_cursors else s.delivered_cursor
+        return Resume(
+            cursor=None if cursor is None else json.loads(cursor),
+            seq=s.delivered_seq + len(s.batch),
+            at_ms=s.delivered_at_ms,
+            reason=reason,
+        )
+
+    async def attempt(self, pacing: ReconnectPacing) -> tuple[str, bool]:
+        """One connection: open, run the open steps, deliver until it ends. Returns why it ended
+        and whether that counts as a failure at this position."""
+        s = self.s
+        protocol = s.protocol
+        assert protocol is not None
+        refs = protocol.references()
+        try:
+            values = await s.deps.references.resolve(refs) if refs else {}
+        except ValueError as error:  # UnresolvedReference, ConfigError: as configured, it cannot work
+            return f"unresolved reference: {error}", True
+        except Exception as error:  # SecretsUnavailable: throttled, unreachable; try again later
+            return f"secrets unavailable: {error}", False
+        adapter = self._adapter(values, self._resume(s.open_reason))
+        request = adapter.connect_request()
+        check_upstream_url(request.display_url, allow_insecure=s.settings.allow_insecure_ws)
+        with s.deps.tracing.span("session.connect", connection_id=s.lease.connection_id, epoch=s.lease.epoch):
+            try:
+                ws = await upstream.open_unless_stopped(request, s.stop_requested)
+            except Exception as error:
+                if is_fatal(error):
+                    raise Stop(SessionResult(Outcome.FAILED, f"{type(error).__name__}: {error}")) from None
+                status = upstream.refusal_status(error)
+                if status is not None:
+                    try:
+                        await self._perform(
+                            None, adapter, adapter.on_close(None, f"HTTP {status}", _wall_ms())
+                        )
+                    except _Ended as ended:
+                        self._on_refusal(ended, refs)
+                        return ended.reason, ended.counts
+                return f"connect failed: {type(error).__name__}: {error}", False
+        if ws is None:
+            raise Stop(s.ending())
+        s.track_socket(ws.transport)
+        pacing.connected()
+        self._ws = s.current_ws = ws
+        closer = asyncio.ensure_future(self._close_on_stop())
+        self._display_url = request.display_url
+        try:
+            if s.stopping():
+                raise Stop(s.ending())  # stopped or fenced as the handshake completed
+            await self._perform(ws, adapter, adapter.on_open(time.monotonic(), _wall_ms()))
+            await self._stream(ws, adapter, refs)
+        except _Ended as ended:
+            self._on_refusal(ended, refs)
+            return ended.reason, ended.counts
+        except SinkFailed as error:
+            return f"sink error: {error}", False
+        except ConnectionClosed as closed:  # wherever else it surfaces: still just a close
+            return f"upstream closed: {closed}", False
+        finally:
+            if self._dropped:
+                logger.warning(
+                    "overlapping replay dropped",
+                    extra={"dropped": self._dropped, "dropped_total": s.replays_dropped},
+                )
+            closer.cancel()
+            current = self._ws
+            s.current_ws = None
+            s.untrack_socket(current.transport)
+            pacing.disconnected()
+            s.clear_batch()  # undelivered records are fetched again after delivered_seq
+            await self._close(current)
+        raise AssertionError("unreachable")  # _stream only ends by raising
+
+    def _on_refusal(self, ended: _Ended, refs: frozenset[str]) -> None:
+        if ended.reason.startswith("auth refused") and refs:
+            self.s.deps.references.invalidate(refs)  # a rotated secret is read again
+
+    async def _stream(self, ws: ClientConnection, adapter: SocketAdapter, refs: frozenset[str]) -> None:
+        s = self.s
+        while True:
+            now = time.monotonic()
+            timeout = s.batch.linger_left() if s.batch else math.inf
+            timer = adapter.next_timer()
+            if timer is not None:
+                timeout = min(timeout, timer - now)
+            try:
+                if timeout == math.inf:
+                    raw = await ws.recv()
+                else:
+                    async with asyncio.timeout(max(0.0, timeout)):
+                        raw = await ws.recv()
+            except TimeoutError:
+                now = time.monotonic()
+                timer = adapter.next_timer()
+                if timer is not None and now >= timer:
+                    ws, adapter = await self._perform(ws, adapter, adapter.on_timer(now, _wall_ms()))
+                if s.batch and s.batch.linger_left() <= 0:
+                    self._linger = len(s.batch) > 1
+                    await s.deliver()
+                continue
+            except ConnectionClosed as closed:
+                await s.deliver()
+                broken = upstream.protocol_close(closed)
+                if broken is not None:
+                    s.deps.metrics.count(MetricName.ProtocolErrors)
+                    logger.warning("protocol error; resubscribing", extra={"error": broken})
+                    raise _Ended(f"protocol error: {broken}", True) from None
+                code = closed.rcvd.code if closed.rcvd is not None else None
+                reason = closed.rcvd.reason if closed.rcvd is not None else "no close frame"
+                actions = [
+                    Reconnect(f"upstream closed: {closed}", a.kind, a.next_open)
+                    if isinstance(a, Reconnect) and a.kind == "closed"
+                    else a
+                    for a in adapter.on_close(code, reason, _wall_ms())
+                ]
+                await self._perform(ws, adapter, actions)
+                raise _Ended(f"upstream closed: {closed}", False) from None
+            size = frame_size(raw) if isinstance(raw, str) else len(raw)
+            ws, adapter = await self._perform(
+                ws, adapter, adapter.on_frame(raw, time.monotonic(), _wall_ms()), size
+            )
+
+    async def _perform(
+        self, ws: ClientConnection | None, adapter: SocketAdapter, actions: Sequence[Action], size: int = 0
+    ) -> tuple[Any, SocketAdapter]:
+        s = self.s
+        records = sum(1 for a in actions if isinstance(a, Emit))
+        per_record = size // records if records else 0
+        added = False
+        for action in actions:
+            if isinstance(action, Emit):
+                if self._overlapping(action):
+                    s.replays_dropped += 1
+                    s.deps.metrics.count(MetricName.ReplaysDropped)
+                    continue
+                if not s.batch.fits(per_record):
+                    await s.deliver()
+                try:
+                    s.add_record(
+                        action.kind,
+                        action.data,
+                        cursor=action.cursor,
+                        key=action.key,
+                        checkpoint=action.checkpoint,
+                        size=per_record,
+                    )
+                except CursorTooLarge as error:
+                    await s.deliver()  # what came before is delivered and checkpointed first
+                    raise Stop(SessionResult(Outcome.FAILED, str(error))) from None
+                if action.cursor is not None:
+                    self._last_cursor[action.key] = action.cursor
+                added = True
+            elif isinstance(action, Gap):
+                s.add_record(
+                    "gap", action.data(), cursor=None, key=action.key, checkpoint=None, size=GAP_RECORD_BYTES
+                )
+                added = True
+            elif isinstance(action, Send):
+                if ws is not None:
+                    try:
+                        await ws.send(action.frame)
+                    except ConnectionClosed as closed:
+                        when = "while we sent" if self._ready else "before the subscribe was sent"
+                        raise _Ended(f"upstream closed {when}: {closed}", False) from None
+            elif isinstance(action, Ready):
+                self._ready = True
+                logger.info(
+                    "subscribed",
+                    extra={
+                        "after_seq": s.delivered_seq,
+                        "url": self._display_url,
+                        "protocol": s.lease.protocol,
+                    },
+                )
+            elif isinstance(action, Dropped):
+                if not self._dropped:  # once per socket at once, the total when it ends
+                    logger.info("overlapping replay: dropping frames already accepted")
+                self._dropped += action.count
+                s.replays_dropped += action.count
+                s.deps.metrics.count(MetricName.ReplaysDropped, action.count)
+            elif isinstance(action, Reconnect):
+                await s.deliver()
+                if s.open_reason == "reconnect":
+                    s.open_reason = action.next_open
+                if action.kind == "protocol":
+                    s.deps.metrics.count(MetricName.ProtocolErrors)
+                    logger.warning("protocol error; resubscribing", extra={"error": action.reason})
+                elif action.kind == "error":
+                    logger.warning("upstream error frame", extra={"error": action.reason})
+                elif action.kind in ("auth", "limit"):
+                    logger.warning("upstream refused us", extra={"error": action.reason, "kind": action.kind})
+                raise _Ended(action.reason, _COUNTS.get(action.kind, True))
+            elif isinstance(action, Fail):
+                await s.deliver()
+                raise Stop(SessionResult(Outcome.FAILED, action.reason))
+            elif isinstance(action, Release):
+                # Another epoch owns it: deliver nothing more under ours. The item may still name
+                # us (session-held items never expire), so the settler hands it back, conditional
+                # on owner and epoch, with what the sink accepted (review 2026-12-05, E).
+                s.clear_batch()
+                logger.warning("upstream says stale epoch", extra={"upstream_message": action.reason})
+                s.lose(UPSTREAM_STALE_EPOCH)
+                raise Stop(SessionResult(Outcome.LOST, UPSTREAM_STALE_EPOCH))
+            elif isinstance(action, Rotate) and ws is not None:
+                ws, adapter = await self._rotate(ws, adapter)
+        if added:
+            await self._after_add()
+        return ws, adapter
+
+    def _overlapping(self, emit: Emit) -> bool:
+        """After a rotation: a record the old socket already delivered (ordered cursor)."""
+        if self._overlap is None or emit.cursor is None:
+            return False
+        last = self._overlap.get(emit.key)
+        if last is None or not _comparable(emit.cursor, last):
+            return False
+        if emit.cursor <= last:
+            return True
+        self._overlap.pop(emit.key, None)  # past the overlap for this key
+        return False
+
+    async def _after_add(self) -> None:
+        s = self.s
+        if not self._linger and len(s.batch) == 1:
+            now = time.monotonic()
+            self._linger = now - self._alone_at < BATCH_LINGER_SECONDS
+            self._alone_at = now
+        if s.batch.full or not self._linger:
+            await s.deliver()
+
+    async def _rotate(self, old: ClientConnection, old_adapter: SocketAdapter) -> tuple[Any, SocketAdapter]:
+        """Make before break: the successor is subscribed before the old socket closes."""
+        s = self.s
+        protocol = s.protocol
+        assert protocol is not None
+        refs = protocol.references()
+        try:
+            values = await s.deps.references.resolve(refs) if refs else {}
+            adapter = self._adapter(values, self._resume("rotation"))
+            new = await upstream.open_unless_stopped(adapter.connect_request(), s.stop_requested)
+        except Exception as error:
+            logger.warning(
+                "rotation: the successor did not open; keeping the old socket", extra={"error": str(error)}
+            )
+            return old, old_adapter
+        if new is None:
+            return old, old_adapter
+        pending: list[Action] = []
+        try:
+            async with asyncio.timeout(upstream.OPEN_TIMEOUT_SECONDS):
+                ready = await self._open_successor(new, adapter, pending)
+        except (TimeoutError, ConnectionClosed):
+            ready = False
+        if not ready:
+            logger.warning("rotation: the successor was not ready; keeping the old socket")
+            await self._close(new)
+            return old, old_adapter
+        await s.deliver()
+        s.untrack_socket(old.transport)
+        s.track_socket(new.transport)
+        self._ws = s.current_ws = new
+        await self._close(old)
+        self._overlap = dict(self._last_cursor)
+        logger.info("rotated the socket", extra={"url": self._display_url})
+        return await self._perform(new, adapter, pending)
+
+    async def _open_successor(
+        self, ws: ClientConnection, adapter: SocketAdapter, pending: list[Action]
+    ) -> bool:
+        actions: Sequence[Action] = adapter.on_open(time.monotonic(), _wall_ms())
+        while True:
+            for action in actions:
+                if isinstance(action, Send):
+                    await ws.send(action.frame)
+                elif isinstance(action, Reconnect | Fail | Release):
+                    return False
+                elif not isinstance(action, Ready):
+                    pending.append(action)
+            if any(isinstance(action, Ready) for action in actions):
+                return True
+            timer = adapter.next_timer()
+            try:
+                async with asyncio.timeout(None if timer is None else max(0.0, timer - time.monotonic())):
+                    raw = await ws.recv()
+            except TimeoutError:
+                actions = adapter.on_timer(time.monotonic(), _wall_ms())
+                continue
+            actions = adapter.on_frame(raw, time.monotonic(), _wall_ms())
+
+    async def _close_on_stop(self) -> None:
+        s = self.s
+        await s.stop_requested.wait()
+        if s.lease.state is not LeaseState.LOST:
+            await self._close(self._ws)
+
+    async def _close(self, ws: ClientConnection) -> None:
+        try:
+            async with asyncio.timeout(upstream.CLOSE_TIMEOUT_SECONDS + 0.5):
+                await ws.close(1001, "going away")
+        except TimeoutError:
+            ws.transport.abort()
