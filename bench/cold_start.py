@@ -9,7 +9,7 @@ checkpoints do not compete with claims. Leases lost on the way show as subscribe
 
 Each claim is one conditional write, and DynamoDB Local serves about CEILING_WRITES_PER_S of them
 here, so the ideal is N / CEILING_WRITES_PER_S seconds; the result is reported against it.
-Session mode caps MAX_CONNECTIONS at one checkpoint item's capacity (MAX_ENTRIES_PER_ITEM, 2,534),
+Session mode caps MAX_CONNECTIONS at one checkpoint item's capacity (MAX_ENTRIES_PER_ITEM, 1,117),
 so 3 session-mode workers can own at most 7,602 connections: that row waits for as many as they can
 own, and a row with enough workers for all N is added.
 

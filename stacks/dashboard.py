@@ -31,7 +31,7 @@ def build_dashboard(
     dashboard = cloudwatch.Dashboard(scope, construct_id, period_override=cloudwatch.PeriodOverride.AUTO)
     dashboard.add_widgets(cloudwatch.AlarmStatusWidget(title="Alarms", alarms=list(alarms), width=24))
     gauges = {metrics.ACTIVE_CONNECTIONS, metrics.CHECKPOINT_LAG_SEQ}
-    durations = {metrics.TAKEOVER_SECONDS, metrics.HANDOFF_SECONDS}
+    durations = {metrics.TAKEOVER_SECONDS, metrics.HANDOFF_SECONDS, metrics.GAP_SECONDS}
     widgets: list[cloudwatch.IWidget] = []
     for name in metrics.ALL_METRICS:
         if name in gauges:

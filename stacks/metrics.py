@@ -29,6 +29,9 @@ CHECKPOINT_LAG_SEQ = "CheckpointLagSeq"
 TAKEOVERS_BY_FENCE = "TakeoversByFence"
 TAKEOVERS_BY_EXPIRY = "TakeoversByExpiry"
 REPLAYS_DROPPED = "ReplaysDropped"
+LEASES_REPAIRED = "LeasesRepaired"
+GAPS_MARKED = "GapsMarked"
+GAP_SECONDS = "GapSeconds"
 
 # Every metric name of DESIGN.md §8, in the order the dashboard shows them.
 ALL_METRICS: tuple[str, ...] = (
@@ -49,6 +52,9 @@ ALL_METRICS: tuple[str, ...] = (
     PROTOCOL_ERRORS,
     REPLAYS_DROPPED,
     CHECKPOINT_LAG_SEQ,
+    LEASES_REPAIRED,
+    GAPS_MARKED,
+    GAP_SECONDS,
 )
 
 # The only dimension; must equal what Powertools emits.

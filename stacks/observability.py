@@ -34,6 +34,9 @@ LOST_OR_FENCED_THRESHOLD = 1
 #   minute for five minutes mean nobody can take them (fleet at max, or acquisition broken).
 ORPHANS_THRESHOLD = 1
 ORPHANS_PERIODS = 5
+# One repair is a bug in our code or a lost DynamoDB reply (worker/audit.py): worth a look at once.
+LEASES_REPAIRED_THRESHOLD = 1
+LEASES_REPAIRED_PERIODS = 1
 # - The sink retries internally; errors in three consecutive minutes mean data is not flowing.
 SINK_ERRORS_THRESHOLD = 1
 SINK_ERRORS_PERIODS = 3
@@ -192,6 +195,14 @@ class Observability(Construct):
             threshold=ORPHANS_THRESHOLD,
             periods=ORPHANS_PERIODS,
             description="STARTED connections stay unowned: the fleet is at capacity or cannot acquire.",
+        )
+        alarm(
+            "LeasesRepairedAlarm",
+            metric(metrics.LEASES_REPAIRED),
+            threshold=LEASES_REPAIRED_THRESHOLD,
+            periods=LEASES_REPAIRED_PERIODS,
+            description="The audit found a connection held but not served (or served but not held) "
+            "and repaired it: a bug or a lost DynamoDB reply stranded it until then.",
         )
         alarm(
             "SinkErrorsAlarm",

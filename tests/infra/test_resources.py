@@ -266,6 +266,7 @@ def test_single_metric_alarms(default: Synth) -> None:
         "LeaseAcquireFailuresAlarm": (metrics.LEASE_ACQUIRE_FAILURES, 1, 3, 3),
         "OrphansPersistingAlarm": (metrics.ORPHANS_SEEN, 1, 5, 5),
         "SinkErrorsAlarm": (metrics.SINK_ERRORS, 1, 3, 3),
+        "LeasesRepairedAlarm": (metrics.LEASES_REPAIRED, 1, 1, 1),  # any repair: look at once
     }
     topic = Match.object_like({"Ref": Match.string_like_regexp("AlarmTopic")})
     for name, (metric, threshold, periods, datapoints) in expected.items():
@@ -346,7 +347,7 @@ def test_dashboard_shows_every_worker_metric(default: Synth) -> None:
     body = json.dumps(default.one("AWS::CloudWatch::Dashboard")["Properties"]["DashboardBody"])
     for name in metrics.ALL_METRICS:
         assert f'\\"Leaseworker\\",\\"{name}\\",\\"service\\",\\"leaseworker\\"' in body, name
-    assert len(metrics.ALL_METRICS) == 17
+    assert len(metrics.ALL_METRICS) == 20
     from leaseworker.observability.metrics import MetricName
 
     assert set(metrics.ALL_METRICS) == {name.value for name in MetricName}  # the worker's names

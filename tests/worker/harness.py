@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
+from types_aiobotocore_dynamodb import DynamoDBClient
+
 from leaseworker.observability.metrics import WorkerMetrics
 from leaseworker.settings import Settings
 from leaseworker.sinks.base import Sink
@@ -24,10 +26,17 @@ class Running:
 
 
 @asynccontextmanager
-async def running(settings: Settings, *, sink: Sink | None = None) -> AsyncIterator[Running]:
+async def running(
+    settings: Settings,
+    *,
+    sink: Sink | None = None,
+    wrap_dynamodb: Callable[[DynamoDBClient], DynamoDBClient] | None = None,
+) -> AsyncIterator[Running]:
     stop = asyncio.Event()
     async with AsyncExitStack() as stack:
-        worker, metrics = await build_worker(settings, stack, metrics_stream=io.StringIO(), sink=sink)
+        worker, metrics = await build_worker(
+            settings, stack, metrics_stream=io.StringIO(), sink=sink, wrap_dynamodb=wrap_dynamodb
+        )
         task = asyncio.create_task(worker.run(stop))
         try:
             yield Running(worker, metrics, task)

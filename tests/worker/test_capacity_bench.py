@@ -4,6 +4,7 @@ results of the right shape, a report and plots. Nothing here times anything."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from bench import cold_start, process_capacity
 from bench.capacity_plots import cold_start_plot, rss_plot
 from leaseworker.feed.server import data_for, data_frame
+from leaseworker.lease.checkpoint_store import MAX_ENTRIES_PER_ITEM
 
 
 @pytest.mark.system
@@ -50,10 +52,12 @@ def test_cold_start_tiny_owns_and_subscribes_every_connection(tmp_path: Path) ->
 
 def test_session_mode_rows_cover_the_checkpoint_item_cap() -> None:
     """Beyond 3 × MAX_ENTRIES_PER_ITEM, a row with enough session-mode workers for all is added."""
-    assert [(r.lease_mode, r.workers) for r in cold_start.CONFIGS["full"].rows] == [
+    full = cold_start.CONFIGS["full"]
+    assert full.connections > 3 * MAX_ENTRIES_PER_ITEM
+    assert [(r.lease_mode, r.workers) for r in full.rows] == [
         ("connection", 3),
         ("session", 3),
-        ("session", 4),
+        ("session", math.ceil(full.connections / MAX_ENTRIES_PER_ITEM)),  # 9 for 10,000
     ]
 
 

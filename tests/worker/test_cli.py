@@ -309,9 +309,11 @@ def test_remove_refuses_a_stopped_connection_still_owned(
     expires = int(time.time() * 1000) + 60_000
     set_lease(dynamodb_endpoint, table, "c1", lease_owner="w1", lease_epoch=3, lease_expires_at_ms=expires)
     line = one_error_line(run(*table, "connections", "remove", "c1", env=local_env), 2)
-    assert line.startswith("error: connection 'c1' is STOPPED but still held by w1 (epoch 3, lease ")
+    assert line.startswith(
+        "error: connection 'c1' is STOPPED but still held by w1 (epoch 3; not renewed for "
+    )
     assert line.endswith(
-        "s left): wait for its release, or pass --force to stop it, wait for the release and remove it"
+        "own clock): wait for its release, or pass --force to stop it, wait for the release and remove it"
     )
 
 

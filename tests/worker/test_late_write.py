@@ -328,9 +328,19 @@ async def test_kinesis_and_lease_client_sockets_carry_linger_zero(
         assert [onoff for _, onoff in sockets_connected_to(ddb_port)] == [0]
 
 
-def test_the_kinesis_client_has_no_sdk_retry_and_a_sized_pool() -> None:
+async def test_the_kinesis_client_has_no_sdk_retry_and_a_sized_pool() -> None:
+    # What botocore resolves, not the dict we pass: its `max_attempts` counts retries, so
+    # {"max_attempts": 1} resolved to two attempts (review 2026-12-05, G).
+    session = aioboto3.Session()
+    async with session.client(
+        "kinesis", region_name=REGION, endpoint_url="http://127.0.0.1:9", config=kinesis_client_config()
+    ) as kinesis:
+        assert vars(kinesis.meta.config)["retries"]["total_max_attempts"] == 1
+    async with session.client(
+        "dynamodb", region_name=REGION, endpoint_url="http://127.0.0.1:9", config=LEASE_CLIENT_CONFIG
+    ) as ddb:
+        assert vars(ddb.meta.config)["retries"]["total_max_attempts"] == 2  # one retry in the deadline
     config = vars(kinesis_client_config())  # botocore's Config sets its options as attributes
-    assert config["retries"] == {"max_attempts": 1, "mode": "standard"}
     assert config["max_pool_connections"] == KINESIS_MAX_POOL_CONNECTIONS
     assert config["http_session_cls"] is NoLingerAIOHTTPSession
     assert vars(LEASE_CLIENT_CONFIG)["http_session_cls"] is NoLingerAIOHTTPSession

@@ -149,6 +149,10 @@ def test_metric_names_match_the_design() -> None:
         "TakeoversByFence",
         "TakeoversByExpiry",
         "ReplaysDropped",
+        # Issue 20: the audit's repairs; issue 21: gap markers (DESIGN.md §4.3).
+        "LeasesRepaired",
+        "GapsMarked",
+        "GapSeconds",
     }
 
 

@@ -44,11 +44,22 @@ def test_to_json_is_strict_utf8_and_lossless(data: Any) -> None:
         "connection_id": "c-1",
         "seq": 7,
         "epoch": 2,
+        "cursor": None,
+        "kind": "data",
         "worker_id": "w-1",
         "received_at_ms": 1_700_000_000_000,
         "data": data,
     }
     assert "\n" not in line
+
+
+def test_a_keyed_record_carries_its_cursor_kind_and_key_and_an_unkeyed_one_no_key() -> None:
+    keyed = SinkRecord("c-1", 0, 2, "w-1", 1, {"reason": "seq_gap"}, cursor=None, kind="gap", key="BTC-USD")
+    assert strict_loads(keyed.to_json())["key"] == "BTC-USD"
+    assert strict_loads(keyed.to_json())["kind"] == "gap"
+    unkeyed = SinkRecord("c-1", 1, 2, "w-1", 1, {"t": 1}, cursor=1_700_000_000_000_001)
+    assert "key" not in strict_loads(unkeyed.to_json())
+    assert strict_loads(unkeyed.to_json())["cursor"] == 1_700_000_000_000_001
 
 
 def test_non_ascii_stays_compact_utf8() -> None:

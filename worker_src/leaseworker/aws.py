@@ -17,12 +17,15 @@ if TYPE_CHECKING:
 
 # Lease calls carry their own asyncio deadline; the SDK may retry once inside it, no more.
 # Standard mode with 10 attempts held one call for 48 s in a throttling storm.
+# `total_max_attempts` counts attempts; botocore's `max_attempts` counts *retries* (n means
+# n + 1 attempts), which made this client try 3 times instead of 2 (review 2026-12-05, G).
 # Sockets close with RST and abandoned calls are aborted (leaseworker.no_linger): a write the
 # worker gave up on, or one queued when the process died, cannot land after a fence (§2d, §2e).
+LEASE_CLIENT_MAX_ATTEMPTS = 2  # the first attempt and one SDK retry
 LEASE_CLIENT_CONFIG = AioConfig(
     connect_timeout=2,
     read_timeout=4,
-    retries={"max_attempts": 2, "mode": "standard"},
+    retries={"total_max_attempts": LEASE_CLIENT_MAX_ATTEMPTS, "mode": "standard"},
     max_pool_connections=64,
     http_session_cls=NoLingerAIOHTTPSession,
 )

@@ -18,6 +18,7 @@ from typing import Literal, cast
 LeaseMode = Literal["connection", "session"]
 
 DEFAULT_TABLE = "leaseworker-connections"
+DEFAULT_LEASE_SECONDS = 20.0
 ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 SHUTDOWN_GRACE_LIMIT_SECONDS = 120  # the Fargate stopTimeout ceiling
 NOT_FINITE_RULE = "must be a finite number, not NaN or infinity"
@@ -37,7 +38,7 @@ class SettingsError(ValueError):
 class Settings:
     table_name: str = DEFAULT_TABLE
     lease_mode: LeaseMode = "session"
-    lease_seconds: float = 20.0
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
     heartbeat_seconds: float = 5.0
     reconcile_seconds: float = 5.0  # the seed reconciled every 60 s; see DESIGN.md §2a
     checkpoint_seconds: float = 5.0
@@ -182,6 +183,15 @@ def _non_finite(text: str) -> bool:
         return False
 
 
+def lease_seconds_from(env: Mapping[str, str]) -> float:
+    """LEASE_SECONDS alone, for the operator CLI: `remove --force` watches an unrenewed lease for
+    that long on its own clock before it calls it expired (lease/removal.py)."""
+    lease = float(_number(env, "LEASE_SECONDS", DEFAULT_LEASE_SECONDS, float))
+    if not lease > 0 or lease == float("inf"):
+        raise SettingsError("LEASE_SECONDS", lease, "must be a finite number > 0")
+    return lease
+
+
 def max_clock_skew_ms_from(env: Mapping[str, str]) -> int:
     """MAX_CLOCK_SKEW_MS alone, for the operator CLI, which judges lease expiry like an acquirer."""
     skew = int(_number(env, "MAX_CLOCK_SKEW_MS", 1000, int))
@@ -211,7 +221,7 @@ def load_settings(
         table_name=source.get("TABLE_NAME", DEFAULT_TABLE),
         # An unknown mode is refused by validate(), with the rule, like every other value.
         lease_mode=cast(LeaseMode, source.get("LEASE_MODE", "session").strip() or "session"),
-        lease_seconds=_number(source, "LEASE_SECONDS", 20.0, float),
+        lease_seconds=_number(source, "LEASE_SECONDS", DEFAULT_LEASE_SECONDS, float),
         heartbeat_seconds=_number(source, "HEARTBEAT_SECONDS", 5.0, float),
         reconcile_seconds=_number(source, "RECONCILE_SECONDS", 5.0, float),
         checkpoint_seconds=_number(source, "CHECKPOINT_SECONDS", 5.0, float),

@@ -24,7 +24,7 @@ from leaseworker.lease.held_store import SESSION_HELD
 from leaseworker.notify import Notifier
 from leaseworker.protocol import presets
 from leaseworker.protocol.registry import SEQFEED
-from leaseworker.settings import max_clock_skew_ms_from
+from leaseworker.settings import lease_seconds_from, max_clock_skew_ms_from
 
 T = TypeVar("T")
 
@@ -40,10 +40,13 @@ async def _with_admin(
     session = aioboto3.Session()
     # Lease expiry is judged as an acquirer judges it (remove), with the fleet's skew allowance.
     skew_ms = max_clock_skew_ms_from(os.environ)
+    lease_seconds = lease_seconds_from(os.environ)  # remove --force: an unrenewed lease, watched
     async with session.client(
         "dynamodb", endpoint_url=target.endpoint_url, config=CLI_CLIENT_CONFIG
     ) as client:
-        result = await action(LeaseTableAdmin(client, target.table, max_clock_skew_ms=skew_ms))
+        result = await action(
+            LeaseTableAdmin(client, target.table, max_clock_skew_ms=skew_ms, lease_seconds=lease_seconds)
+        )
     if notify:
         await send_hint(session, notify)
     return result

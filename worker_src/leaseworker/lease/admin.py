@@ -61,6 +61,7 @@ from leaseworker.lease.removal import (
     COND_LIVE,
     COND_SESSION_FENCED,
     UPDATE_TOMBSTONE,
+    ExpiryWatch,
     NotRemovable,
     ReleaseTimeout,
     Tombstone,
@@ -74,6 +75,7 @@ from leaseworker.lease.store import (
     now_ms,
     translate_client_error,
 )
+from leaseworker.settings import DEFAULT_LEASE_SECONDS
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb import DynamoDBClient
@@ -135,11 +137,13 @@ class LeaseTableAdmin:
         *,
         call_timeout: float = 10.0,
         max_clock_skew_ms: int = 1000,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> None:
+        self._lease_seconds = lease_seconds
         self._client = client
         self._table = table_name
         self._timeout = call_timeout
-        self._skew_ms = max_clock_skew_ms  # judge lease expiry as an acquirer would (§2a)
+        self._skew_ms = max_clock_skew_ms  # not for removal: it judges expiry on its own clock
 
     async def _run(self, coro: Any, *, on_condition_failed: Exception | None = None) -> Any:
         try:
@@ -259,7 +263,7 @@ class LeaseTableAdmin:
     async def remove(self, connection_id: str) -> None:
         """Tombstone a STOPPED, released connection; NotRemovable says why not otherwise."""
         check_connection_id(connection_id)
-        held = await try_remove(self, connection_id, self._skew_ms)
+        held = await try_remove(self, connection_id, ExpiryWatch(self._lease_seconds))
         if held is not None:
             raise NotRemovable(connection_id, held)
 
@@ -276,7 +280,7 @@ class LeaseTableAdmin:
         await remove_forced(
             self,
             connection_id,
-            max_clock_skew_ms=self._skew_ms,
+            lease_seconds=self._lease_seconds,
             hint=hint,
             wait_seconds=wait_seconds,
             progress=progress,

@@ -20,6 +20,7 @@ query (`expiry < now - skew`) never returns it, and holding it writes nothing pe
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from botocore.exceptions import ClientError
 
 from leaseworker.lease.attribute_values import failed_item, number, text
 from leaseworker.lease.batch_get import batch_get_items
+from leaseworker.lease.errors import AcquireUncertain, StoreThrottled, StoreUnavailable
 from leaseworker.lease.model import NO_CHECKPOINT, STARTED, ConnectionItem, Lease, MalformedItem
 from leaseworker.lease.store import (
     COND_ACQUIRE,
@@ -59,6 +61,12 @@ _CLAIM_WITH_SEQ = (
 )
 # The same, for an entry that carries the cursor belonging to its seq (DESIGN.md §5).
 _CLAIM_WITH_SEQ_AND_CURSOR = _CLAIM_WITH_SEQ.replace(" ADD ", ", #cursor = :cursor ADD ")
+COND_DEAD_HOLDS = "lease_owner = :dead AND lease_epoch = :epoch"
+_FREE = "SET lease_expires_at_ms = :zero, updated_at_ms = :now REMOVE lease_owner"
+_FREE_WITH_SEQ = (
+    "SET lease_expires_at_ms = :zero, updated_at_ms = :now, last_seq = :resume REMOVE lease_owner"
+)
+_FREE_WITH_SEQ_AND_CURSOR = _FREE_WITH_SEQ.replace(" REMOVE ", ", #cursor = :cursor REMOVE ")
 _OWNED_PROJECTION = "connection_id, lease_owner, lease_epoch, last_seq, lease_expires_at_ms, desired_state"
 
 
@@ -145,12 +153,9 @@ class SessionHeldStore:
             expires_at_ms=expires_at_ms,
         )
 
-    async def owned_by(self, worker: str) -> list[OwnedConnection]:
-        """The connections `worker` holds: one `by-owner` query, then reads of those items.
-
-        The index is KEYS_ONLY, so it gives ids, not epochs; the BatchGetItem (0.5 read unit per
-        item) also checks the index was not stale (the owner must still be `worker`).
-        """
+    async def owner_ids(self, worker: str) -> list[str]:
+        """The ids the `by-owner` index lists for `worker` (KEYS_ONLY, eventually consistent:
+        0.5 read unit per 4 KB of index entries, about 50 bytes each)."""
         ids: list[str] = []
         start_key: dict[str, Any] | None = None
         while True:
@@ -167,6 +172,15 @@ class SessionHeldStore:
             start_key = response.get("LastEvaluatedKey")
             if not start_key:
                 break
+        return ids
+
+    async def owned_by(self, worker: str) -> list[OwnedConnection]:
+        """The connections `worker` holds: one `by-owner` query, then reads of those items.
+
+        The index is KEYS_ONLY, so it gives ids, not epochs; the BatchGetItem (0.5 read unit per
+        item) also checks the index was not stale (the owner must still be `worker`).
+        """
+        ids = await self.owner_ids(worker)
         items = await batch_get_items(
             self._client,
             self._table,
@@ -187,6 +201,49 @@ class SessionHeldStore:
             if text(item, "lease_owner") == worker
         ]
         return sorted(owned, key=lambda c: c.connection_id)
+
+    async def free_for(
+        self, connection: OwnedConnection, *, dead: str, resume_seq: int, resume_cursor: str | None = None
+    ) -> bool:
+        """Free a fenced session's connection that nobody will claim (it is STOPPED), keeping the
+        dead holder's newer checkpoint: `last_seq = max(item's, resume_seq)`, as a claim from
+        the dead does, so the effective checkpoint never moves back (review 2026-12-05, C1).
+        False if `dead` no longer holds it at that epoch."""
+        values: dict[str, Any] = {
+            ":dead": {"S": dead},
+            ":epoch": {"N": str(connection.epoch)},
+            ":zero": {"N": "0"},
+            ":now": {"N": str(now_ms())},
+        }
+        attempts = [(_FREE, COND_DEAD_HOLDS, values)]
+        if resume_seq > connection.last_seq:
+            with_seq = values | {":resume": {"N": str(resume_seq)}}
+            update = _FREE_WITH_SEQ
+            if resume_cursor is not None:  # the entry's cursor goes with its seq
+                with_seq |= cursor_value(resume_cursor)
+                update = _FREE_WITH_SEQ_AND_CURSOR
+            attempts.insert(0, (update, f"{COND_DEAD_HOLDS} AND {COND_NOT_BEHIND}", with_seq))
+        for update, condition, attempt_values in attempts:
+            try:
+                await call_with_deadline(
+                    self._client.update_item(
+                        TableName=self._table,
+                        Key={"connection_id": {"S": connection.connection_id}},
+                        UpdateExpression=update,
+                        ConditionExpression=condition,
+                        ExpressionAttributeValues=attempt_values,
+                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                        **cursor_names(update),
+                    ),
+                    self._call_timeout,
+                )
+                return True
+            except ClientError as error:
+                old = failed_item(error)
+                if text(old, "lease_owner") != dead or number(old, "lease_epoch") != connection.epoch:
+                    return False
+                # Still dead's at that epoch: the item is already past resume_seq; free it as is.
+        return False
 
     async def release(self, lease: Lease, last_seq: int | None, cursor: str | None = None) -> bool:
         return await self._leases.release(lease, last_seq, cursor)
@@ -212,6 +269,7 @@ class SessionHeldStore:
         resume_cursor: str | None = None,
         expires_at_ms: int = SESSION_HELD,
     ) -> AcquireResult:
+        sent_at = time.monotonic()
         try:
             response = await call_with_deadline(
                 self._client.update_item(
@@ -233,7 +291,21 @@ class SessionHeldStore:
                 self._call_timeout,
             )
         except ClientError as error:
-            return _lost(failed_item(error))
+            lost = _lost(failed_item(error))
+            if lost.holder == me:
+                # Our own write, applied by an earlier attempt whose reply was lost (the SDK
+                # retried): not a race we lost. The caller reads it back (review 2026-12-05, A, I).
+                raise AcquireUncertain(
+                    lost.reason, connection_id=connection_id, sent_at=sent_at, expires_at_ms=expires_at_ms
+                ) from None
+            return lost
+        except (StoreUnavailable, StoreThrottled) as error:
+            # Timed out, or a retry throttled after an attempt that may have landed: DynamoDB may
+            # have applied it. Never "failed": an applied claim names our session, which does not
+            # expire, so it must be read back and adopted or released.
+            raise AcquireUncertain(
+                str(error), connection_id=connection_id, sent_at=sent_at, expires_at_ms=expires_at_ms
+            ) from error
         old = response.get("Attributes", {})
         lease = Lease(
             connection_id=connection_id,

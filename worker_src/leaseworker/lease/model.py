@@ -134,6 +134,13 @@ def is_expired(expires_at_ms: int, now_ms: int, settings: Settings) -> bool:
 
 
 DEADLINE_PASSED = "local deadline passed"  # why a lease lapsed: no renewal reached us in time
+# The upstream refused our epoch (seqfeed `stale_epoch`). It may be right (someone else holds a
+# newer one) or remember an epoch from another table (a recreated table, a PITR restore); either
+# way the item may still name us, so the lease is handed back, conditional on owner and epoch.
+UPSTREAM_STALE_EPOCH = "upstream says stale epoch"
+# Why a lease may be lost to us while its item still names us: in session mode the item never
+# expires, so it is handed back (worker/settle.py), never left named by our live session.
+HAND_BACK_REASONS = frozenset({DEADLINE_PASSED, UPSTREAM_STALE_EPOCH})
 
 
 class LeaseState(enum.Enum):

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from leaseworker.lease.errors import AcquireUncertain, StoreError
 from leaseworker.lease.held_store import OwnedConnection, SessionHeldStore
-from leaseworker.lease.model import ConnectionItem, Lease, local_deadline
+from leaseworker.lease.model import NO_CHECKPOINT, ConnectionItem, Lease, local_deadline
 from leaseworker.lease.store import Acquired, AcquireResult, LeaseStore, RenewResult, now_ms
 from leaseworker.settings import LeaseMode, Settings
 
@@ -60,6 +60,11 @@ class Ownership(Protocol):
     ) -> AcquireResult: ...
 
     async def resolve_uncertain(self, uncertain: AcquireUncertain) -> Acquired | None: ...
+
+    async def adopt(self, item: ConnectionItem | None, *, entry_seq: int = NO_CHECKPOINT) -> Acquired | None:
+        """An item that names us but that nothing of ours serves (found by the audit): serve it
+        (None if not), or release it conditionally with its effective checkpoint."""
+        ...
 
     async def renew(self, lease: Lease, *, timeout: float) -> RenewResult: ...
 
@@ -120,6 +125,15 @@ class ConnectionLeases:
 
     async def resolve_uncertain(self, uncertain: AcquireUncertain) -> Acquired | None:
         return await self._store.resolve_uncertain(uncertain, self._me)
+
+    async def adopt(self, item: ConnectionItem | None, *, entry_seq: int = NO_CHECKPOINT) -> Acquired | None:
+        """A lease of ours that nothing here serves: its expiry says nothing about our local
+        deadline (it may be a stale write of ours), so it is released, never adopted."""
+        if item is None or item.lease_owner != self._me:
+            return None
+        lease = Lease(item.connection_id, item.lease_epoch, self._me, item.ws_url, item.last_seq, 0.0)
+        await self._store.release(lease, max(item.last_seq, entry_seq))
+        return None
 
     async def renew(self, lease: Lease, *, timeout: float) -> RenewResult:
         return await self._store.renew(lease, timeout=timeout)

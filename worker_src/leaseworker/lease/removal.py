@@ -5,10 +5,15 @@ STOPPED and *released*, that is when no worker may still be delivering it. Relea
 
 - `FREE`: no `lease_owner`. A graceful release and a failure mark both remove the owner, and a
   worker releases only after the work the lease guards has stopped (§3), so nothing is in flight.
-- `EXPIRED`: a connection-mode lease whose expiry is older than MAX_CLOCK_SKEW_MS on our clock.
-  That is exactly the rule that lets any peer take the lease over (§2a): the holder's local
-  deadline (§2d) has passed, so it delivers nothing more. A STOPPED lease cannot be renewed (the
-  renewal requires STARTED), so once expired it stays expired.
+- `EXPIRED`: a connection-mode lease that no renewal has touched for LEASE_SECONDS, judged on
+  *our own monotonic clock*: its (owner, epoch, expiry) stayed the same from our first sight of
+  it for LEASE_SECONDS. The last renewal that landed was sent before our first sight, so the
+  holder's local deadline (§2d: send + LEASE_SECONDS - skew - margin) has passed, and it
+  delivers nothing more. No wall clock is compared: an operator's clock ahead of the workers'
+  used to tombstone a live lease (review 2026-12-05, J). A STOPPED lease cannot be renewed (the
+  renewal requires STARTED), so it never changes again; the tombstone is conditioned on the
+  exact expiry seen. So a plain `remove` (one look) never judges a lease expired; `--force`
+  watches it for LEASE_SECONDS.
 - `FENCED_SESSION`: a session-held lease (expiry 2**53 - 1) whose owner's session item carries
   `fenced_by`. A fence makes the session's connections claimable (§2.0, §2e), for the same reason:
   the fenced worker has stopped or self-fences on its session deadline. A fence is never lifted,
@@ -24,7 +29,7 @@ import asyncio
 import enum
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from leaseworker.lease.model import STARTED, STOPPED
@@ -37,7 +42,7 @@ COND_REMOVABLE_FREE = f"{COND_LIVE} AND desired_state = :stopped AND attribute_n
 COND_REMOVABLE_HELD_BY = (
     f"{COND_LIVE} AND desired_state = :stopped AND lease_owner = :owner AND lease_epoch = :epoch"
 )
-COND_REMOVABLE_EXPIRED = f"{COND_REMOVABLE_HELD_BY} AND lease_expires_at_ms < :now_minus_skew"
+COND_REMOVABLE_EXPIRED = f"{COND_REMOVABLE_HELD_BY} AND lease_expires_at_ms = :expires"  # unrenewed
 COND_SESSION_FENCED = "attribute_exists(fenced_by)"  # checked on the owner's session item
 
 # The tombstone: lease_epoch stays; without an owner or an expiry it leaves both GSIs.
@@ -64,11 +69,23 @@ class Held:
     started: bool  # still STARTED: it must be stopped first
 
 
-def removal_state(item: dict[str, Any], now_ms: int, max_clock_skew_ms: int) -> Removable | Held:
+@dataclass(slots=True)
+class ExpiryWatch:
+    """Connection-mode leases as first seen, on our monotonic clock (see EXPIRED above)."""
+
+    lease_seconds: float
+    seen: dict[tuple[str, int, int], float] = field(default_factory=dict)
+
+    def unrenewed_for(self, owner: str, epoch: int, expires: int, now: float) -> float:
+        """Seconds since we first saw this exact lease (0 at first sight)."""
+        return now - self.seen.setdefault((owner, epoch, expires), now)
+
+
+def removal_state(item: dict[str, Any], watch: ExpiryWatch, now: float) -> Removable | Held:
     """Whether the plain item (as `admin.plain` gives it) may become a tombstone now.
 
     A session-held lease returns FENCED_SESSION: removable only if the owner's session item is
-    fenced, which the caller checks (and conditions the write on) itself.
+    fenced, which the caller checks (and conditions the write on) itself. `now` is monotonic.
     """
     owner = item.get("lease_owner")
     epoch = item.get("lease_epoch", 0)
@@ -81,11 +98,13 @@ def removal_state(item: dict[str, Any], now_ms: int, max_clock_skew_ms: int) -> 
     expires = int(item.get("lease_expires_at_ms", 0) or 0)
     if expires >= SESSION_HELD_EXPIRY_MS:
         return Removable.FENCED_SESSION
-    if expires < now_ms - max_clock_skew_ms:
+    unrenewed = watch.unrenewed_for(str(owner), int(epoch), expires, now)
+    if unrenewed >= watch.lease_seconds:
         return Removable.EXPIRED
-    left = (expires - now_ms) / 1000
     return Held(
-        f"is STOPPED but still held by {owner} (epoch {epoch}, lease {left:.1f} s left)", started=False
+        f"is STOPPED but still held by {owner} (epoch {epoch}; not renewed for {unrenewed:.1f} s "
+        f"of the {watch.lease_seconds:g} s that prove it expired, on this host's own clock)",
+        started=False,
     )
 
 
@@ -131,7 +150,7 @@ class Tombstone:
     fenced_session: str | None = None
 
 
-def tombstone_for(item: dict[str, Any], state: Removable, now_ms: int, max_clock_skew_ms: int) -> Tombstone:
+def tombstone_for(item: dict[str, Any], state: Removable, now_ms: int) -> Tombstone:
     """The write that turns `item` into a tombstone only while it is still in `state`."""
     values: dict[str, Any] = {":stopped": {"S": STOPPED}, ":now": {"N": str(now_ms)}}
     if state is Removable.FREE:
@@ -139,7 +158,7 @@ def tombstone_for(item: dict[str, Any], state: Removable, now_ms: int, max_clock
     values[":owner"] = {"S": str(item["lease_owner"])}
     values[":epoch"] = {"N": str(item.get("lease_epoch", 0))}
     if state is Removable.EXPIRED:
-        values[":now_minus_skew"] = {"N": str(now_ms - max_clock_skew_ms)}
+        values[":expires"] = {"N": str(item.get("lease_expires_at_ms", 0))}
         return Tombstone(COND_REMOVABLE_EXPIRED, values)
     return Tombstone(COND_REMOVABLE_HELD_BY, values, fenced_session=str(item["lease_owner"]))
 
@@ -160,17 +179,17 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-async def try_remove(table: RemovableTable, connection_id: str, max_clock_skew_ms: int) -> Held | None:
+async def try_remove(table: RemovableTable, connection_id: str, watch: ExpiryWatch) -> Held | None:
     """One attempt: None once the tombstone is written, else why it is not removable yet."""
     item = await table.show(connection_id)
-    state = removal_state(item, _now_ms(), max_clock_skew_ms)
+    state = removal_state(item, watch, time.monotonic())
     if isinstance(state, Held):
         return state
-    if await table.write_tombstone(connection_id, tombstone_for(item, state, _now_ms(), max_clock_skew_ms)):
+    if await table.write_tombstone(connection_id, tombstone_for(item, state, _now_ms())):
         return None
     # Lost to a concurrent change (a start, a claim) or the session is not fenced: say what
     # holds it now; the caller decides whether to wait.
-    fresh = removal_state(await table.show(connection_id), _now_ms(), max_clock_skew_ms)
+    fresh = removal_state(await table.show(connection_id), watch, time.monotonic())
     return fresh if isinstance(fresh, Held) else Held(session_holder_reason(item), started=False)
 
 
@@ -178,7 +197,7 @@ async def remove_forced(
     table: RemovableTable,
     connection_id: str,
     *,
-    max_clock_skew_ms: int,
+    lease_seconds: float,
     hint: Callable[[], Awaitable[None]],
     wait_seconds: float,
     progress: Callable[[str], None] | None = None,
@@ -189,13 +208,14 @@ async def remove_forced(
     NotRemovable if someone starts it again meanwhile (theirs is the newer intent).
     """
     started = time.monotonic()
-    if await try_remove(table, connection_id, max_clock_skew_ms) is None:
+    watch = ExpiryWatch(lease_seconds)
+    if await try_remove(table, connection_id, watch) is None:
         return
     await table.stop(connection_id)
     await hint()
     last_said = -PROGRESS_EVERY_SECONDS
     while True:
-        state = await try_remove(table, connection_id, max_clock_skew_ms)
+        state = await try_remove(table, connection_id, watch)
         if state is None:
             return
         waited = time.monotonic() - started

@@ -12,18 +12,23 @@ STOPPED items still carrying the marker (normally none; each is released within 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from leaseworker.lease.attribute_values import PURGE_AFTER_SECONDS
 from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.errors import AcquireUncertain, StoreError
 from leaseworker.lease.held_store import SESSION_HELD, OwnedConnection, SessionHeldStore
 from leaseworker.lease.liveness import SessionValidity
-from leaseworker.lease.model import STOPPED, ConnectionItem, Lease
+from leaseworker.lease.model import NO_CHECKPOINT, STARTED, STOPPED, ConnectionItem, Lease, MalformedItem
 from leaseworker.lease.ownership import Progress, RoundResult
 from leaseworker.lease.store import GSI_BY_STATE_EXPIRY, Acquired, AcquireResult, LeaseStore, Lost, Renewed
 from leaseworker.settings import LeaseMode, Settings
+
+# A quarter of the checkpoint item's TTL: three chances to refresh it before it could expire.
+CHECKPOINT_REFRESH_SECONDS = PURGE_AFTER_SECONDS / 4
 
 
 class SessionLeases:
@@ -43,6 +48,7 @@ class SessionLeases:
         self._validity = validity
         self._settings = settings
         self._me = settings.worker_id
+        self._written_at = -math.inf  # monotonic: our last checkpoint write that landed
 
     def _valid_until(self) -> float | None:
         return self._validity.valid_until if self._validity.is_valid(time.monotonic()) else None
@@ -80,14 +86,53 @@ class SessionLeases:
         )
 
     async def resolve_uncertain(self, uncertain: AcquireUncertain) -> Acquired | None:
-        return None  # claim_free raises no AcquireUncertain: its lost replies expire with the session
+        """A claim whose reply was lost (a timeout, or an SDK retry that met our own write): read
+        the item back. An item held by our session never expires, so an applied claim nobody
+        serves would be stranded for the worker's lifetime (review 2026-12-05, A)."""
+        try:
+            item = await self._store.get(uncertain.connection_id)
+        except MalformedItem:
+            return None
+        return await self.adopt(item)
+
+    async def adopt(self, item: ConnectionItem | None, *, entry_seq: int = NO_CHECKPOINT) -> Acquired | None:
+        """`item` names our session, but nothing of ours serves it: serve it from its effective
+        checkpoint (max of the item's `last_seq` and our entry `entry_seq` at its epoch), or, if
+        it cannot be served (STOPPED, our session not valid, not session-held), release it with
+        that checkpoint, conditional on owner and epoch. None unless adopted.
+
+        Adopting at the item's epoch is safe: no other worker can deliver it without a claim,
+        which would change the epoch, and our session's deadline bounds our own delivery."""
+        if item is None or item.lease_owner != self._me:
+            return None
+        effective = max(item.last_seq, entry_seq)
+        valid_until = self._valid_until()
+        if (
+            item.lease_expires_at_ms == SESSION_HELD
+            and item.desired_state == STARTED
+            and valid_until is not None
+        ):
+            lease = Lease(item.connection_id, item.lease_epoch, self._me, item.ws_url, effective, valid_until)
+            return Acquired(lease, None)
+        lease = Lease(item.connection_id, item.lease_epoch, self._me, item.ws_url, item.last_seq, 0.0)
+        await self._held.release(lease, effective)
+        return None
+
+    async def own_entries(self) -> dict[str, tuple[int, int]]:
+        """Our own checkpoint item's entries (a consistent read)."""
+        return await self._checkpoints.read(self._me)
 
     async def renew(self, lease: Lease, *, timeout: float) -> Renewed:
         return Renewed()  # the session heartbeat renews every session-held lease at once
 
     async def checkpoint_round(self, progress: Sequence[Progress]) -> RoundResult:
-        """Every live lease's (epoch, seq) in one write, when any of them advanced."""
-        if not any(entry.advanced for entry in progress):
+        """Every live lease's (epoch, seq) in one write, when any of them advanced, or when the
+        item's TTL needs refreshing: a write sets `purge_at` (PURGE_AFTER_SECONDS ahead), and a
+        worker whose feeds all stay idle for longer than that (a long market holiday) must not
+        have its only fresh checkpoints deleted under it (review 2026-12-05, C3). So while
+        anything is held the map is rewritten at least every CHECKPOINT_REFRESH_SECONDS."""
+        stale = time.monotonic() - self._written_at >= CHECKPOINT_REFRESH_SECONDS
+        if not any(entry.advanced for entry in progress) and not (progress and stale):
             return RoundResult(frozenset(), frozenset())
         valid_until = self._valid_until()
         if valid_until is None:
@@ -100,6 +145,8 @@ class SessionLeases:
             )
         except StoreError:
             return RoundResult(frozenset(), frozenset())
+        if ok:
+            self._written_at = time.monotonic()
         ids = frozenset(entries)
         # Refused only when our session is fenced: every lease is gone (the heartbeat stops us).
         return RoundResult(ids, frozenset()) if ok else RoundResult(frozenset(), ids)

@@ -163,10 +163,16 @@ class LeaseStore:
         except ClientError as error:
             if _code(error) != CONDITION_FAILED:
                 raise translate_client_error(error) from error
-            return _lost_from(error, "not acquirable")
-        except StoreThrottled:
-            raise  # a throttled write was not applied
-        except StoreUnavailable as error:
+            lost = _lost_from(error, "not acquirable")
+            if lost.holder != me:
+                return lost
+            # Held by us: an earlier attempt of this very call landed and its reply was lost (the
+            # SDK retried). Read it back like a timeout (review 2026-12-05, I).
+            raise AcquireUncertain(
+                lost.reason, connection_id=connection_id, sent_at=sent_at, expires_at_ms=expires
+            ) from None
+        except (StoreUnavailable, StoreThrottled) as error:
+            # A throttled last attempt may follow an earlier one that landed: uncertain too.
             raise AcquireUncertain(
                 str(error), connection_id=connection_id, sent_at=sent_at, expires_at_ms=expires
             ) from error

@@ -80,6 +80,9 @@ class MetricName(StrEnum):
     ProtocolErrors = "ProtocolErrors"
     ReplaysDropped = "ReplaysDropped"  # overlapping replay frames (seq <= last delivered), §4.5
     CheckpointLagSeq = "CheckpointLagSeq"
+    # The audit (worker/audit.py) found the table and our registry disagreeing, and repaired it:
+    # a bug in our code or a lost DynamoDB reply. Any repair is worth an operator's look.
+    LeasesRepaired = "LeasesRepaired"
     GapsMarked = "GapsMarked"  # gap markers delivered: holes a feed that cannot replay could not avoid
     GapSeconds = "GapSeconds"  # each marker's known width (until_ms - since_ms), in seconds
 
@@ -107,6 +110,7 @@ METRIC_KINDS: dict[MetricName, MetricKind] = {
     MetricName.GapSeconds: "observation",
     MetricName.ReplaysDropped: "counter",
     MetricName.CheckpointLagSeq: "observation",
+    MetricName.LeasesRepaired: "counter",
 }
 
 METRIC_UNITS: dict[MetricName, MetricUnit] = {

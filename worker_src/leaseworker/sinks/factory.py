@@ -21,7 +21,8 @@ KINESIS_CONNECT_TIMEOUT_SECONDS: Final = 2.0
 KINESIS_READ_TIMEOUT_SECONDS: Final = 5.0
 # No SDK-level retry (DESIGN.md §2d): KinesisSink owns the retry loop, asks valid() before every
 # call and stops at its deadline. An SDK retry would resend a call on a fresh connection without
-# asking, while the abandoned attempt may still be on its way.
+# asking, while the abandoned attempt may still be on its way. Set as `total_max_attempts` (attempts):
+# botocore reads `max_attempts` as retries, and 1 there meant two attempts (review 2026-12-05, G).
 KINESIS_MAX_ATTEMPTS: Final = 1
 # Connections to Kinesis. Each session has at most one PutRecords in flight (its writes are
 # sequential), and the event loop's CPU bounds the call rate: measured against moto, a call costs
@@ -38,7 +39,7 @@ def kinesis_client_config() -> AioConfig:
     return AioConfig(
         connect_timeout=KINESIS_CONNECT_TIMEOUT_SECONDS,
         read_timeout=KINESIS_READ_TIMEOUT_SECONDS,
-        retries={"max_attempts": KINESIS_MAX_ATTEMPTS, "mode": "standard"},
+        retries={"total_max_attempts": KINESIS_MAX_ATTEMPTS, "mode": "standard"},
         max_pool_connections=KINESIS_MAX_POOL_CONNECTIONS,
         http_session_cls=NoLingerAIOHTTPSession,
     )

@@ -24,7 +24,7 @@ exponential backoff until the deadline. Requests that can never succeed (validat
 denied, missing stream, a record over 1 MiB) raise SinkError at once.
 
 Retries are the sink's alone (DESIGN.md §2d). The client must have no SDK-level retry
-(`retries={"max_attempts": 1}`, see factory.py): an SDK retry resends a call on a new connection
+(`retries={"total_max_attempts": 1}`, see factory.py): an SDK retry resends a call on a new connection
 without asking whether the lease is still valid. Before every call, first or retry, `valid()` is
 asked; once it says False nothing more is sent. When the sink gives up (deadline, lease gone,
 caller's cancellation) the in-flight call's connection is aborted, not returned to the pool or

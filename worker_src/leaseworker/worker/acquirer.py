@@ -299,4 +299,6 @@ class Acquirer:
                     "adopted a lease whose acquire reply was lost", extra={"epoch": adopted.lease.epoch}
                 )
             return adopted
-        return None  # still unknown: if it was applied, it expires in one lease period
+        # Still unknown. If it was applied: in connection mode it expires in one lease period;
+        # in session mode our audit finds it (worker/audit.py) within its period.
+        return None

@@ -32,6 +32,7 @@ from leaseworker.observability.logging import get_logger, log_context
 from leaseworker.observability.metrics import MetricName, run_metrics_loop
 from leaseworker.observability.tracing import SHUTDOWN_TIMEOUT_SECONDS as TRACING_SHUTDOWN_SECONDS
 from leaseworker.worker.acquirer import Acquirer
+from leaseworker.worker.audit import Audit
 from leaseworker.worker.checkpointer import Checkpointer
 from leaseworker.worker.fenced import WorkerFenced
 from leaseworker.worker.heartbeat import SessionHeartbeat
@@ -133,6 +134,16 @@ class Worker:
             stop_acquiring=self._stop_acquiring,
             relay=relay,
         )
+        self._audit = Audit(
+            held=coordination.held,
+            leases=coordination.leases,
+            ownership=ownership,
+            registry=self._registry,
+            acquirer=self._acquirer,
+            settings=self._settings,
+            metrics=self._metrics,
+            stop_acquiring=self._stop_acquiring,
+        )
         self._hints = Hints(
             ownership=ownership,
             registry=self._registry,
@@ -172,6 +183,7 @@ class Worker:
                     self._acquirer.run(),
                     self._heartbeat.run(self._loops_done),
                     self._peers.run(),
+                    self._audit.run(),  # anti-entropy: what the table says we hold vs. what we serve
                     self._checkpointer.run(self._loops_done),
                     run_metrics_loop(
                         self._metrics,
@@ -301,6 +313,7 @@ class Worker:
                 # with the reason, for an operator to look at and `connections start`.
                 logger.exception("session crashed")
                 result = SessionResult(Outcome.FAILED, f"session crashed: {type(error).__name__}: {error}")
+            owned.settling = True  # the audit leaves it to the settler from here on
             try:
                 await self._settler.settle(session, result)
             finally:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 
-from leaseworker.lease.model import LeaseState
 from leaseworker.lease.ownership import Ownership, Progress, RoundResult
 from leaseworker.observability.logging import get_logger
 from leaseworker.observability.metrics import MetricName, WorkerMetrics
@@ -53,17 +52,28 @@ class Checkpointer:
     async def round(self) -> None:
         live = self._registry.live()
         if self._settings.lease_mode == "session":
-            # A lapsed lease keeps its entry until it is handed back: while our session is not
-            # fenced its item names us, and the entry is its checkpoint (worker/settle.py).
+            # Session mode replaces the whole map, so every lease whose item still names us keeps
+            # its entry until its release or hand-back lands: held, releasing (advanced or not; a
+            # release that does not land must not leave the successor only the claim-time
+            # last_seq: review 2026-12-05, C2) and lapsed. The entry is its only fresh checkpoint.
             live += self._registry.lapsed()
-        progress = [
-            Progress(o.lease, o.session.delivered_seq, o.session.checkpointed_seq, o.session.delivered_cursor)
-            for o in live
-            if o.lease.state is not LeaseState.RELEASING  # held, or lapsed: keep the entry
-            or o.session.delivered_seq > o.session.checkpointed_seq
-        ]
-        if not any(entry.advanced for entry in progress):
-            return
+            progress = [
+                Progress(
+                    o.lease, o.session.delivered_seq, o.session.checkpointed_seq, o.session.delivered_cursor
+                )
+                for o in live
+            ]
+        else:
+            progress = [
+                Progress(
+                    o.lease, o.session.delivered_seq, o.session.checkpointed_seq, o.session.delivered_cursor
+                )
+                for o in live
+                if o.session.delivered_seq > o.session.checkpointed_seq
+            ]
+        session_mode = self._settings.lease_mode == "session"
+        if not progress or not (session_mode or any(entry.advanced for entry in progress)):
+            return  # session mode decides itself: it also refreshes its item's TTL (C3)
         for entry in progress:
             if entry.advanced:
                 self._metrics.observe(

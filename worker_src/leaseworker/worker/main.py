@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -47,12 +47,16 @@ async def build_worker(
     *,
     metrics_stream: TextIO | None = None,
     sink: Sink | None = None,
+    wrap_dynamodb: Callable[[DynamoDBClient], DynamoDBClient] | None = None,
 ) -> tuple[Worker, WorkerMetrics]:
     """Open every client once, in `stack`, and assemble the worker from them.
 
-    `sink` replaces the one SINK names (tests inject faulty sinks this way)."""
+    `sink` replaces the one SINK names (tests inject faulty sinks this way); `wrap_dynamodb`
+    wraps the lease client (tests inject lost replies this way)."""
     session = aioboto3.Session()
     ddb = await dynamodb_client(stack, session, settings)
+    if wrap_dynamodb is not None:
+        ddb = wrap_dynamodb(ddb)
     sink = sink or await open_sink(
         settings.sink,
         worker_id=settings.worker_id,

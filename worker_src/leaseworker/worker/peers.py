@@ -37,7 +37,7 @@ from leaseworker.lease.liveness import (
     Verdict,
     read_listing,
 )
-from leaseworker.lease.model import NO_CHECKPOINT, Lease
+from leaseworker.lease.model import NO_CHECKPOINT
 from leaseworker.lease.ownership import Ownership
 from leaseworker.lease.rendezvous import claim_delay
 from leaseworker.lease.session_store import SessionStore
@@ -111,6 +111,7 @@ class PeerWatch:
         self._listing = asyncio.Lock()
         self._listed_at = -math.inf
         self._fenced: dict[str, SessionInfo] = {}  # peers seen fenced, until their session is reaped
+        self._empty_since: dict[str, float] = {}  # fenced peer -> monotonic first sight holding nothing
 
     @property
     def orphaned(self) -> int:
@@ -168,9 +169,7 @@ class PeerWatch:
                     continue
                 if verdict.state is PeerState.DEAD and await self._fence(verdict):
                     last_beat = verdict.session.updated_at_ms if verdict.session else now_ms()
-                    await self._take_over(
-                        verdict.worker_id, SUSPECTED, last_beat, self._live, fenced_at_ms=now_ms()
-                    )
+                    await self._take_over(verdict.worker_id, SUSPECTED, last_beat, self._live)
                 elif verdict.worker_id in self._fenced:
                     await self._take_over_fenced(verdict.worker_id, self._fenced[verdict.worker_id])
 
@@ -221,7 +220,7 @@ class PeerWatch:
         # exit within a second; a suspicion, the last heartbeat.
         since = session.fenced_at_ms if kind == CONFIRMED else session.updated_at_ms
         # claim_delay ranks us even when our own session is not listed yet.
-        await self._take_over(dead, kind, since or now_ms(), self._live, fenced_at_ms=session.fenced_at_ms)
+        await self._take_over(dead, kind, since or now_ms(), self._live)
 
     async def _fence(self, verdict: Verdict) -> bool:
         reason = f"hb {verdict.hb} unchanged for {verdict.still_for:.1f} s on {self._me}'s clock"
@@ -238,9 +237,7 @@ class PeerWatch:
             logger.warning("fenced a silent peer", extra={"peer": verdict.worker_id, "reason": reason})
         return fenced
 
-    async def _take_over(
-        self, dead: str, kind: str, since_ms: int, live: list[str], *, fenced_at_ms: int | None
-    ) -> None:
+    async def _take_over(self, dead: str, kind: str, since_ms: int, live: list[str]) -> None:
         try:
             held = await self._held.owned_by(dead)
         except StoreError as error:
@@ -250,8 +247,9 @@ class PeerWatch:
             return
         if not held:
             self._orphaned.pop(dead, None)
-            await self._reap(dead, fenced_at_ms)
+            await self._reap(dead)
             return
+        self._empty_since.pop(dead, None)  # it holds something: the reap's wait starts again
         confirmed = kind == CONFIRMED
         claimable = [c for c in held if c.started and (confirmed or c.session_held)]
         if self._orphaned.get(dead) != len(claimable):
@@ -259,11 +257,10 @@ class PeerWatch:
             # Our share grows before we claim our part. This runs inside a round (the listing
             # lock held, the listing just made) or for a hint that must not wait for one.
             await self._acquirer.refresh_share(list_after_count=False)
-        for stopped in (c for c in held if not c.started and (confirmed or c.session_held)):
-            await self._release_for(dead, stopped)  # nobody will claim it: free it for `remove`
+        stopped = [c for c in held if not c.started and (confirmed or c.session_held)]
         claimable = [c for c in claimable if not self._registry.busy(c.connection_id)]
         claimable = [c for c in claimable if c.connection_id not in self._scheduled]
-        if not claimable or self._stop.is_set():
+        if not (stopped or claimable) or self._stop.is_set():
             return
         try:
             entries, cursors = await self._checkpoints.read_with_cursors(dead)
@@ -271,6 +268,12 @@ class PeerWatch:
             logger.warning(
                 "could not read a fenced peer's checkpoints", extra={"peer": dead, "error": str(error)}
             )
+            return
+        for connection in stopped:  # nobody will claim it: free it for `remove`, checkpoint kept
+            resume = resume_seq(entries, connection.connection_id, connection.epoch)
+            cursor = cursors.get(connection.connection_id) if resume > NO_CHECKPOINT else None
+            await self._release_for(dead, connection, resume, cursor)
+        if not claimable:
             return
         assert self._group is not None
         for connection in claimable:
@@ -329,16 +332,23 @@ class PeerWatch:
             await self._relay.pass_on(connection_id)
         return False
 
-    async def _release_for(self, dead: str, connection: OwnedConnection) -> None:
-        lease = Lease(connection.connection_id, connection.epoch, dead, "", NO_CHECKPOINT, 0.0)
+    async def _release_for(
+        self, dead: str, connection: OwnedConnection, resume: int, cursor: str | None
+    ) -> None:
         try:
-            await self._ownership.release(lease, None)
+            await self._held.free_for(connection, dead=dead, resume_seq=resume, resume_cursor=cursor)
         except StoreError as error:
             logger.warning("could not free a fenced peer's stopped connection", extra={"error": str(error)})
 
-    async def _reap(self, dead: str, fenced_at_ms: int | None) -> None:
-        age_ms = now_ms() - (fenced_at_ms or now_ms())
-        if age_ms < REAP_AFTER_LEASES * self._settings.lease_seconds * 1000:
+    async def _reap(self, dead: str) -> None:
+        """Reap a fenced session only once it has held nothing for REAP_AFTER_LEASES lease
+        periods on OUR monotonic clock (two empty listings at least that far apart). Its
+        `fenced_at_ms` came from another host's wall clock, and `owned_by` reads a lagging
+        index: a claim of the dead worker's that lands (or is indexed) after the reap is held by
+        a session that no longer exists (review 2026-12-05, D)."""
+        now = time.monotonic()
+        first_empty = self._empty_since.setdefault(dead, now)
+        if now - first_empty < REAP_AFTER_LEASES * self._settings.lease_seconds:
             return
         try:
             if await self._sessions.reap(dead):

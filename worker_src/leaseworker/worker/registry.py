@@ -11,7 +11,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from leaseworker.lease.model import DEADLINE_PASSED, Lease, LeaseState
+from leaseworker.lease.model import HAND_BACK_REASONS, Lease, LeaseState
 from leaseworker.worker.session import ConnectionSession
 
 
@@ -22,6 +22,7 @@ class Owned:
     acquired_at: float = field(default_factory=time.monotonic)
     next_renewal: float = 0.0  # monotonic; connection mode renews each lease on its own schedule
     renewing: bool = False
+    settling: bool = False  # the session ended; its release or failure mark is being written
 
     @property
     def lease(self) -> Lease:
@@ -54,11 +55,12 @@ class Registry:
         return [o for o in self.owned.values() if o.lease.state in (LeaseState.HELD, LeaseState.RELEASING)]
 
     def lapsed(self) -> list[Owned]:
-        """Leases lost only to our own deadline, not yet settled (session mode hands them back)."""
+        """Leases lost to us while their item may still name us (our own deadline, an upstream's
+        stale_epoch), not yet settled: session mode hands them back (worker/settle.py)."""
         return [
             o
             for o in self.owned.values()
-            if o.lease.state is LeaseState.LOST and o.lease.end_reason == DEADLINE_PASSED
+            if o.lease.state is LeaseState.LOST and o.lease.end_reason in HAND_BACK_REASONS
         ]
 
     def __len__(self) -> int:

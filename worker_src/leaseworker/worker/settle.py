@@ -3,7 +3,8 @@
 A lost lease is normally someone else's already (taken over, or our session fenced). One case
 is not: in session mode a connection item is held by our session item, not by an expiring
 lease, so when our local deadline passed (a pause, a partition) while our session was never
-fenced, the item still names us and nobody will ever take it over. Such a lapsed lease is handed
+fenced, or an upstream refused our epoch (`stale_epoch`), the item still names us and nobody will
+ever take it over. Such a lapsed lease is handed
 back like a graceful release, with what the sink accepted, as soon as DynamoDB answers; the
 checkpointer keeps its entry in our checkpoint item until then (`Registry.lapsed`). The write is
 conditioned on our owner and epoch, so it cannot touch a takeover, and it delivers nothing.
@@ -14,10 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 
 from leaseworker.lease.errors import StoreError
-from leaseworker.lease.model import DEADLINE_PASSED, Lease
+from leaseworker.lease.model import HAND_BACK_REASONS, Lease
 from leaseworker.lease.ownership import Ownership
 from leaseworker.lease.store import Acquired
 from leaseworker.notify import Notifier
@@ -27,7 +29,8 @@ from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, 
 
 logger = get_logger(__name__)
 
-RELEASE_RETRY_DELAYS = (0.2, 0.5, 1.0)  # a failed release is retried, then left to expire
+RELEASE_RETRY_DELAYS = (0.2, 0.5, 1.0)  # the first waits between attempts of a release ...
+RELEASE_RETRY_CAP_SECONDS = 2.0  # ... then this, until it lands (review 2026-12-05, B)
 LAPSED_RETRY_SECONDS = 0.5  # a lapsed session-held lease: retried until handed back or fenced
 
 
@@ -59,13 +62,27 @@ class Settler:
                 "lease lost", extra={"reason": result.reason, "delivered_seq": session.delivered_seq}
             )
             if lapsed(lease, self._settings.lease_mode):
-                await self._hand_back_lapsed(session)
+                await self._hand_back_lapsed(session, result.reason)
             return
         if result.outcome is Outcome.RELEASE and not self._leaving():
             # A rebalance or an operator's stop: peers must not see it free while our published
             # load still counts it (leaving, we are already withdrawn from their views).
             await self._publish_load()
-        for delay in (*RELEASE_RETRY_DELAYS, None):
+        if not await self._until_landed(session, result):
+            return
+        handoff = result.outcome is not Outcome.FAILED and self._leaving()
+        await self._notifier.connection_changed(lease.connection_id, handoff=handoff)
+
+    async def _until_landed(self, session: ConnectionSession, result: SessionResult) -> bool:
+        """Release or mark failed, retried until it lands (True). The registry entry, and with it
+        the lease's checkpoint entry (session mode), stays until then. Given up (False) only
+        when it no longer matters: our session is fenced (peers take over from our checkpoint
+        item), or, in connection mode, the lease's local deadline passed (it expires). A
+        session-held item never expires, so "left to expire" stranded it (review 2026-12-05, B).
+        """
+        lease = session.lease
+        delays = iter(RELEASE_RETRY_DELAYS)
+        while True:
             try:
                 if result.outcome is Outcome.FAILED:
                     await self._ownership.mark_failed(
@@ -74,15 +91,18 @@ class Settler:
                     logger.error("connection marked failed", extra={"reason": result.reason})
                 else:
                     await self._release(session, result.reason)
-                break
+                return True
             except StoreError as error:
-                if delay is None:
+                if self._fenced():
+                    logger.error("could not release; our session is fenced", extra={"error": str(error)})
+                    return False
+                expires = self._settings.lease_mode == "connection"
+                if expires and not lease.is_valid(time.monotonic()):
                     logger.error("could not release; the lease will expire", extra={"error": str(error)})
-                    return
+                    return False
+                delay = next(delays, RELEASE_RETRY_CAP_SECONDS)
                 logger.warning("release failed; retrying", extra={"error": str(error), "delay_s": delay})
                 await asyncio.sleep(delay)
-        handoff = result.outcome is not Outcome.FAILED and self._leaving()
-        await self._notifier.connection_changed(lease.connection_id, handoff=handoff)
 
     async def give_back(self, acquired: Acquired) -> None:
         """A claim that landed after shutdown began: release it at once, with a hint."""
@@ -98,12 +118,12 @@ class Settler:
         logger.info("lease released", extra=extra)
         return released
 
-    async def _hand_back_lapsed(self, session: ConnectionSession) -> None:
+    async def _hand_back_lapsed(self, session: ConnectionSession, why: str) -> None:
         """Until it lands, or our session turns out fenced (then peers take it over from our
         checkpoint item): if it was taken over meanwhile, the condition refuses it."""
         while not self._fenced():
             try:
-                if await self._release(session, "our local deadline passed; handing it back"):
+                if await self._release(session, f"{why}; handing it back"):
                     await self._notifier.connection_changed(session.lease.connection_id, handoff=True)
                 return
             except StoreError as error:
@@ -112,5 +132,6 @@ class Settler:
 
 
 def lapsed(lease: Lease, mode: str) -> bool:
-    """A session-held lease lost only to our own deadline: the item still names our session."""
-    return mode == "session" and lease.end_reason == DEADLINE_PASSED
+    """A session-held lease lost to us (our own deadline, an upstream's stale_epoch) while the
+    item may still name our session: it is handed back, conditional on owner and epoch."""
+    return mode == "session" and lease.end_reason in HAND_BACK_REASONS

@@ -19,7 +19,7 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from leaseworker.lease.model import LeaseState
+from leaseworker.lease.model import UPSTREAM_STALE_EPOCH, LeaseState
 from leaseworker.observability.logging import get_logger
 from leaseworker.observability.metrics import MetricName
 from leaseworker.protocol.adapter import (
@@ -296,14 +296,13 @@ class SocketRun:
                 await s.deliver()
                 raise Stop(SessionResult(Outcome.FAILED, action.reason))
             elif isinstance(action, Release):
-                s.clear_batch()  # another epoch owns it: deliver nothing more under ours
-                if s.lease.state is LeaseState.HELD:
-                    s.lease.state = LeaseState.RELEASING
-                    s.lease.end_reason = action.reason
-                logger.warning(
-                    "upstream says another owner has it; releasing", extra={"reason": action.reason}
-                )
-                raise Stop(SessionResult(Outcome.RELEASE, action.reason))
+                # Another epoch owns it: deliver nothing more under ours. The item may still name
+                # us (session-held items never expire), so the settler hands it back, conditional
+                # on owner and epoch, with what the sink accepted (review 2026-12-05, E).
+                s.clear_batch()
+                logger.warning("upstream says stale epoch", extra={"upstream_message": action.reason})
+                s.lose(UPSTREAM_STALE_EPOCH)
+                raise Stop(SessionResult(Outcome.LOST, UPSTREAM_STALE_EPOCH))
             elif isinstance(action, Rotate) and ws is not None:
                 ws, adapter = await self._rotate(ws, adapter)
         if added:
