@@ -29,7 +29,7 @@ import enum
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from leaseworker.lease.checkpoint_store import MAX_CURSOR_BYTES
 from leaseworker.lease.model import DEADLINE_PASSED, NO_CHECKPOINT, Lease, LeaseState
@@ -46,6 +46,7 @@ from leaseworker.worker.backoff import FatalUpstreamError, ReconnectPacing
 from leaseworker.worker.batch import Batch
 from leaseworker.worker.failures import FailureRecorder, RecordFailure
 from leaseworker.worker.fence import LeaseFence
+from leaseworker.worker.references import NoReferences, References
 
 logger = get_logger(__name__)
 
@@ -63,32 +64,6 @@ class Outcome(enum.Enum):
 class SessionResult:
     outcome: Outcome
     reason: str
-
-
-class References(Protocol):
-    """Resolves `env:NAME` and `secret:NAME#KEY` references (leaseworker/secrets.py)."""
-
-    async def resolve(self, refs: Any) -> dict[str, str]: ...
-
-    def invalidate(self, refs: Any) -> None: ...
-
-
-class NoReferences:
-    """For a worker without a secrets client: environment references only."""
-
-    async def resolve(self, refs: Any) -> dict[str, str]:
-        import os
-
-        values: dict[str, str] = {}
-        for ref in refs:
-            name = ref.removeprefix("env:")
-            if not ref.startswith("env:") or name not in os.environ:
-                raise ConfigError("references", f"{ref} cannot be resolved here")
-            values[ref] = os.environ[name]
-        return values
-
-    def invalidate(self, refs: Any) -> None:
-        return None
 
 
 @dataclass(frozen=True, slots=True)

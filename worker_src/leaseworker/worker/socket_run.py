@@ -40,6 +40,7 @@ from leaseworker.protocol.adapter import (
 from leaseworker.worker import upstream
 from leaseworker.worker.backoff import ReconnectPacing, check_upstream_url, is_fatal
 from leaseworker.worker.batch import BATCH_LINGER_SECONDS, frame_size
+from leaseworker.worker.rotation import close_socket, open_successor
 from leaseworker.worker.session import (
     ConnectionSession,
     CursorTooLarge,
@@ -170,7 +171,7 @@ class SocketRun:
             s.untrack_socket(current.transport)
             pacing.disconnected()
             s.clear_batch()  # undelivered records are fetched again after delivered_seq
-            await self._close(current)
+            await close_socket(current)
         raise AssertionError("unreachable")  # _stream only ends by raising
 
     def _on_refusal(self, ended: _Ended, refs: frozenset[str]) -> None:
@@ -331,73 +332,24 @@ class SocketRun:
             await s.deliver()
 
     async def _rotate(self, old: ClientConnection, old_adapter: SocketAdapter) -> tuple[Any, SocketAdapter]:
-        """Make before break: the successor is subscribed before the old socket closes."""
+        """Make before break: the successor is subscribed before the old socket closes. If it
+        cannot be (it did not open, or its open steps failed), the old socket carries on."""
         s = self.s
-        protocol = s.protocol
-        assert protocol is not None
-        refs = protocol.references()
-        try:
-            values = await s.deps.references.resolve(refs) if refs else {}
-            adapter = self._adapter(values, self._resume("rotation"))
-            new = await upstream.open_unless_stopped(adapter.connect_request(), s.stop_requested)
-        except Exception as error:
-            logger.warning(
-                "rotation: the successor did not open; keeping the old socket", extra={"error": str(error)}
-            )
+        successor = await open_successor(s, lambda values: self._adapter(values, self._resume("rotation")))
+        if successor is None:
             return old, old_adapter
-        if new is None:
-            return old, old_adapter
-        pending: list[Action] = []
-        try:
-            async with asyncio.timeout(upstream.OPEN_TIMEOUT_SECONDS):
-                ready = await self._open_successor(new, adapter, pending)
-        except (TimeoutError, ConnectionClosed):
-            ready = False
-        if not ready:
-            logger.warning("rotation: the successor was not ready; keeping the old socket")
-            await self._close(new)
-            return old, old_adapter
+        new, adapter, pending = successor
         await s.deliver()
         s.untrack_socket(old.transport)
         s.track_socket(new.transport)
         self._ws = s.current_ws = new
-        await self._close(old)
-        self._overlap = dict(self._last_cursor)
+        await close_socket(old)
+        self._overlap = dict(self._last_cursor)  # what the old socket delivered, per key
         logger.info("rotated the socket", extra={"url": self._display_url})
         return await self._perform(new, adapter, pending)
-
-    async def _open_successor(
-        self, ws: ClientConnection, adapter: SocketAdapter, pending: list[Action]
-    ) -> bool:
-        actions: Sequence[Action] = adapter.on_open(time.monotonic(), _wall_ms())
-        while True:
-            for action in actions:
-                if isinstance(action, Send):
-                    await ws.send(action.frame)
-                elif isinstance(action, Reconnect | Fail | Release):
-                    return False
-                elif not isinstance(action, Ready):
-                    pending.append(action)
-            if any(isinstance(action, Ready) for action in actions):
-                return True
-            timer = adapter.next_timer()
-            try:
-                async with asyncio.timeout(None if timer is None else max(0.0, timer - time.monotonic())):
-                    raw = await ws.recv()
-            except TimeoutError:
-                actions = adapter.on_timer(time.monotonic(), _wall_ms())
-                continue
-            actions = adapter.on_frame(raw, time.monotonic(), _wall_ms())
 
     async def _close_on_stop(self) -> None:
         s = self.s
         await s.stop_requested.wait()
         if s.lease.state is not LeaseState.LOST:
-            await self._close(self._ws)
-
-    async def _close(self, ws: ClientConnection) -> None:
-        try:
-            async with asyncio.timeout(upstream.CLOSE_TIMEOUT_SECONDS + 0.5):
-                await ws.close(1001, "going away")
-        except TimeoutError:
-            ws.transport.abort()
+            await close_socket(self._ws)

@@ -1,0 +1,94 @@
+"""Make-before-break rotation (`lifetime.max_age_s`, DESIGN.md §4.2): the successor socket.
+
+A feed that cuts its sockets at a fixed age (Binance at 24 h) is rotated before it does: a new
+socket is opened and its open steps (auth, subscribe, ack) are done while the old one still
+delivers. Only once the successor is Ready does the caller (worker/socket_run.py) close the old
+socket and switch; the successor's records that the old socket already delivered are told apart
+by their ordered cursor there, and what cannot be told apart carries the adapter's `rotation`
+gap marker. Frames the successor receives before its switch are kept, in order, as its pending
+actions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
+from leaseworker.observability.logging import get_logger
+from leaseworker.protocol.adapter import Action, Fail, Ready, Reconnect, Release, Send, SocketAdapter
+from leaseworker.worker import upstream
+from leaseworker.worker.session import ConnectionSession
+
+logger = get_logger(__name__)
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def open_successor(
+    session: ConnectionSession, new_adapter: Callable[[dict[str, str]], SocketAdapter]
+) -> tuple[ClientConnection, SocketAdapter, list[Action]] | None:
+    """The successor socket, Ready, with the actions its frames produced so far; None if it
+    could not be opened or readied within the open timeout (the old socket then carries on)."""
+    protocol = session.protocol
+    assert protocol is not None
+    refs = protocol.references()
+    try:
+        values = await session.deps.references.resolve(refs) if refs else {}
+        adapter = new_adapter(values)
+        new = await upstream.open_unless_stopped(adapter.connect_request(), session.stop_requested)
+    except Exception as error:
+        logger.warning(
+            "rotation: the successor did not open; keeping the old socket", extra={"error": str(error)}
+        )
+        return None
+    if new is None:
+        return None
+    pending: list[Action] = []
+    try:
+        async with asyncio.timeout(upstream.OPEN_TIMEOUT_SECONDS):
+            ready = await _handshake(new, adapter, pending)
+    except (TimeoutError, ConnectionClosed):
+        ready = False
+    if not ready:
+        logger.warning("rotation: the successor was not ready; keeping the old socket")
+        await close_socket(new)
+        return None
+    return new, adapter, pending
+
+
+async def _handshake(ws: ClientConnection, adapter: SocketAdapter, pending: list[Action]) -> bool:
+    """Run the successor's open steps until Ready (True) or a refusal (False)."""
+    actions: Sequence[Action] = adapter.on_open(time.monotonic(), _wall_ms())
+    while True:
+        for action in actions:
+            if isinstance(action, Send):
+                await ws.send(action.frame)
+            elif isinstance(action, Reconnect | Fail | Release):
+                return False
+            elif not isinstance(action, Ready):
+                pending.append(action)
+        if any(isinstance(action, Ready) for action in actions):
+            return True
+        timer = adapter.next_timer()
+        try:
+            async with asyncio.timeout(None if timer is None else max(0.0, timer - time.monotonic())):
+                raw = await ws.recv()
+        except TimeoutError:
+            actions = adapter.on_timer(time.monotonic(), _wall_ms())
+            continue
+        actions = adapter.on_frame(raw, time.monotonic(), _wall_ms())
+
+
+async def close_socket(ws: ClientConnection) -> None:
+    """Close with 1001, bounded: a socket that does not finish its close handshake is aborted."""
+    try:
+        async with asyncio.timeout(upstream.CLOSE_TIMEOUT_SECONDS + 0.5):
+            await ws.close(1001, "going away")
+    except TimeoutError:
+        ws.transport.abort()
