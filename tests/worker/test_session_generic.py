@@ -28,6 +28,7 @@ from leaseworker.protocol.presets import expand
 from leaseworker.records import SinkRecord
 from leaseworker.settings import Settings
 from leaseworker.worker import failures as failures_module
+from leaseworker.worker.references import NoReferences, References
 from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, SessionResult
 from tests.worker.test_session import RecordingSink
 
@@ -50,7 +51,12 @@ class Values:
 
 class Run:
     def __init__(
-        self, config: dict[str, Any] | None, *, values: dict[str, str] | None = None, url: str = ""
+        self,
+        config: dict[str, Any] | None,
+        *,
+        values: dict[str, str] | None = None,
+        url: str = "",
+        references: References | None = None,
     ) -> None:
         self.failures: list[str] = []
         self.sink = RecordingSink()
@@ -70,7 +76,7 @@ class Run:
             sink=self.sink,
             metrics=WorkerMetrics(namespace="test", stream=io.StringIO()),
             tracing=configure_tracing(None),
-            references=self.values,
+            references=references or self.values,
         )
         self.session = ConnectionSession(self.lease, deps, self._record_failure)
         self.task: asyncio.Task[SessionResult] = asyncio.create_task(self.session.run())
@@ -312,3 +318,13 @@ async def test_seqfeed_stale_epoch_releases_the_lease_instead_of_stranding_it(st
     # never left naming our live session.
     assert (result.outcome, result.reason) == (Outcome.LOST, UPSTREAM_STALE_EPOCH)
     assert result.reason in HAND_BACK_REASONS
+
+
+async def test_a_config_that_cannot_render_at_session_start_fails_the_connection_with_the_reason() -> None:
+    """Valid at `add`, but its environment variable is not set on this worker."""
+    headers = {"Authorization": "{{env:LW_TEST_UNSET_TOKEN}}"}
+    run = Run({"connect": {"url": "ws://127.0.0.1:9/feed", "headers": headers}}, references=NoReferences())
+    result = await asyncio.wait_for(run.task, 20)
+    assert result.outcome is Outcome.FAILED
+    assert "env:LW_TEST_UNSET_TOKEN" in result.reason, result.reason
+    assert not run.records
