@@ -511,9 +511,10 @@ class FleetMonitor:
         conn = self.conn_stats.get(cid)
         if item.get("protocol", "seqfeed/1") != "seqfeed/1" and conn is not None:
             # generic/1 seqs restart at 0 in each epoch: compare within the current one.
-            if conn.epoch != int(item.get("lease_epoch", 0)):
-                return None
-            return conn.epoch_max_seq - int(item.get("last_seq", -1))
+            # The item's last_seq may still be an older epoch's (in session mode the checkpoint
+            # lives in the owner's checkpoint item until a release): then the lag is unknown.
+            lag = conn.epoch_max_seq - int(item.get("last_seq", -1))
+            return lag if conn.epoch == int(item.get("lease_epoch", 0)) and lag >= 0 else None
         return self.sink_max[cid] - int(item.get("last_seq", -1))
 
     def busiest(self, candidates: list[str]) -> str | None:
