@@ -47,6 +47,7 @@ _AUTHISH: Final = re.compile(r"auth|token|credential|forbidden|permission|api.?k
 _LIMITISH: Final = re.compile(r"rate|limit|too many", re.I)
 
 State = Literal["connecting", "opening", "ready", "ended"]
+_ENDING: Final = (Reconnect, Fail)  # the actions that end a socket (a tuple: the fastest isinstance)
 
 
 class GenericProtocol:
@@ -98,6 +99,23 @@ def close_kind(code: int | None, reason: str) -> EndKind:
 class GenericSocket:
     """One socket of a `generic/1` feed. `now` is monotonic seconds, `wall_ms` epoch ms."""
 
+    __slots__ = (  # one per socket: no __dict__
+        "_config",
+        "_context",
+        "_deadline",
+        "_decode_mode",
+        "_held",
+        "_idle_at",
+        "_idle_timeout_s",
+        "_max_frame_bytes",
+        "_msg_id",
+        "_ping_at",
+        "_records",
+        "_rotate_at",
+        "_state",
+        "_step",
+    )
+
     def __init__(self, config: GenericConfig, context: SocketContext, now: float) -> None:
         self._config = config
         self._context = context
@@ -110,6 +128,10 @@ class GenericSocket:
         self._ping_at: float | None = None
         self._rotate_at: float | None = None
         self._msg_id = 0
+        # Read on every frame: looked up once.
+        self._idle_timeout_s = config.keepalive.idle_timeout_s
+        self._decode_mode = config.frames.decode
+        self._max_frame_bytes = config.connect.max_frame_bytes
 
     # ------------------------------------------------------------------------- rendering
 
@@ -175,12 +197,13 @@ class GenericSocket:
         return actions
 
     def on_frame(self, frame: str | bytes, now: float, wall_ms: int) -> Sequence[Action]:
-        if self._state == "ended":
+        state = self._state
+        if state == "ended":
             return []
-        if self._config.keepalive.idle_timeout_s is not None and self._idle_at is not None:
-            self._idle_at = now + self._config.keepalive.idle_timeout_s
-        decoded = decode(frame, self._config.frames.decode, self._config.connect.max_frame_bytes)
-        if self._state == "ready":
+        if self._idle_timeout_s is not None and self._idle_at is not None:
+            self._idle_at = now + self._idle_timeout_s
+        decoded = decode(frame, self._decode_mode, self._max_frame_bytes)
+        if state == "ready":
             return self._process(decoded, wall_ms)
         if self._state == "opening" and not isinstance(decoded, Undecodable):
             step = self._config.open[self._step]
@@ -253,7 +276,7 @@ class GenericSocket:
 
     def _process(self, decoded: Any, wall_ms: int) -> list[Action]:
         actions = self._records.process(decoded, wall_ms)
-        if actions and isinstance(actions[-1], Reconnect | Fail):
+        if actions and isinstance(actions[-1], _ENDING):
             self._state = "ended"
             self._held = []
         return actions

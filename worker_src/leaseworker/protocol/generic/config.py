@@ -10,6 +10,8 @@ this validator checks.
 
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
 from typing import Any, Final, Literal
 
 from leaseworker.protocol.adapter import ConfigError
@@ -58,10 +60,34 @@ _TOP: Final = (
 )
 
 
+PARSED_CONFIGS: Final = 1024  # validated configs kept (an LRU), shared by the sessions using one
+_parsed: OrderedDict[str, GenericConfig] = OrderedDict()
+
+
 def parse_config(value: Any) -> GenericConfig:
-    """Validate a `generic/1` config: the parsed JSON object, or its JSON text."""
+    """Validate a `generic/1` config: the parsed JSON object, or its JSON text.
+
+    A GenericConfig is immutable, so the sessions of many connections with one config (a preset,
+    a URL template per connection id) share one copy of it (about 2.5 KB each otherwise): the
+    last PARSED_CONFIGS valid configs are kept by their canonical JSON. Errors are never kept."""
     if isinstance(value, str | bytes):
         value = c.loads(value)
+    try:
+        key = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):  # not plain JSON: validation says why
+        return _parse(value)
+    found = _parsed.get(key)
+    if found is not None:
+        _parsed.move_to_end(key)
+        return found
+    parsed = _parse(value)
+    _parsed[key] = parsed
+    if len(_parsed) > PARSED_CONFIGS:
+        _parsed.popitem(last=False)
+    return parsed
+
+
+def _parse(value: Any) -> GenericConfig:
     top = c.obj(value, "", _TOP, required=("connect",))
     size = c.check_json(top, "")
     if size > MAX_CONFIG_BYTES:

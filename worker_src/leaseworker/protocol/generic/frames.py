@@ -8,7 +8,6 @@ last one, and means the socket is over (the caller stops feeding it). It never r
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from typing import Any, Final
 
 from leaseworker.protocol.adapter import Action, Dropped, Emit, Fail, Gap, Reconnect, SocketContext
@@ -40,10 +39,12 @@ def classify(config: GenericConfig, decoded: Any) -> ClassifyRule | None:
 
 
 class Records:
+    __slots__ = ("_config", "_dedup", "_marker", "_positions")  # one per socket: no __dict__
+
     def __init__(self, config: GenericConfig, context: SocketContext) -> None:
         self._config = config
         self._positions = Positions(config.cursor, config.gaps, context.resume)
-        self._dedup: OrderedDict[str, None] = OrderedDict()
+        self._dedup: dict[str, None] = {}  # insertion-ordered: the oldest id is the first
         # A feed that cannot replay marks every socket's start (DESIGN.md §4.3), held until the
         # socket's first record so that it bounds the hole on both sides.
         self._marker: Gap | None = None
@@ -60,12 +61,12 @@ class Records:
         rule = classify(self._config, decoded)
         if rule is not None and rule.action != "data":
             return self._verdict(rule, decoded, wall_ms)
-        records: Any = [decoded]
-        if frames.split is not None:
-            records = frames.split.resolve(decoded)
-            if not isinstance(records, list):
-                error = f"frames.split {frames.split.text!r} is not an array"
-                return self._raw(raw(compact(decoded), error), wall_ms)
+        if frames.split is None:  # one record per frame: the common case
+            return self._record(decoded, wall_ms)
+        records: Any = frames.split.resolve(decoded)
+        if not isinstance(records, list):
+            error = f"frames.split {frames.split.text!r} is not an array"
+            return self._raw(raw(compact(decoded), error), wall_ms)
         actions: list[Action] = []
         for record in records:
             actions.extend(self._record(record, wall_ms))
@@ -133,8 +134,10 @@ class Records:
         if dedup is not None:
             self._dedup[dedup] = None
             if len(self._dedup) > DEDUP_IDS:
-                self._dedup.popitem(last=False)
+                del self._dedup[next(iter(self._dedup))]
         emit = Emit(data, cursor, key, "data", self._positions.checkpoint())
+        if self._marker is None and not actions:
+            return [emit]
         return [*self._flush_marker(cursor, wall_ms), *actions, emit]
 
     def _raw(self, undecodable: Undecodable, wall_ms: int) -> list[Action]:

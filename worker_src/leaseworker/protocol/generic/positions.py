@@ -28,7 +28,7 @@ REPLAY: Final = "replay"
 
 
 def is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return type(value) is int or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def _is_number(value: object) -> bool:
@@ -37,6 +37,8 @@ def _is_number(value: object) -> bool:
 
 def cursor_value(value: Any) -> Any:
     """A usable cursor: a string or a finite number; anything else is no cursor (None)."""
+    if type(value) is int or type(value) is str:
+        return value
     return value if isinstance(value, str) or _is_number(value) else None
 
 
@@ -47,6 +49,8 @@ def key_value(value: Any) -> str | None:
 
 
 def compare(left: Any, right: Any) -> int:
+    if type(left) is int and type(right) is int:
+        return (left > right) - (left < right)
     if _is_number(left) and _is_number(right):
         bigger: bool = left > right
         smaller: bool = left < right
@@ -73,6 +77,8 @@ class Hole:
 
 
 class Positions:
+    __slots__ = ("_at_ms", "_cursor", "_gaps", "_resume_map", "_resume_one", "_states", "keyed")
+
     def __init__(self, cursor: CursorConfig, gaps: GapsConfig | None, resume: Resume) -> None:
         self._cursor = cursor
         self._gaps = gaps
@@ -100,22 +106,26 @@ class Positions:
 
     def judge(self, cursor: Any, key: str | None, first: Any, last: Any) -> str | Hole | None:
         """REPLAY, a Hole before this record, or None (the next one)."""
-        state = self.state(key)
+        state = self._states.get(key)
+        if state is None:
+            state = self.state(key)
         order = self._cursor.order
-        if (
-            order != "none"
-            and cursor is not None
-            and state.last is not None
-            and compare(cursor, state.last) <= 0
-        ):
-            return REPLAY
-        if is_int(last) and is_int(state.range_last) and last <= state.range_last:
+        previous = state.last
+        if order != "none" and cursor is not None and previous is not None:
+            if type(cursor) is int and type(previous) is int:
+                if cursor <= previous:
+                    return REPLAY
+            elif compare(cursor, previous) <= 0:
+                return REPLAY
+        if last is not None and is_int(last) and is_int(state.range_last) and last <= state.range_last:
             return REPLAY
         hole: Hole | None = None
-        if order == "strict" and is_int(cursor) and is_int(state.last) and cursor != state.last + 1:
-            hole = Hole("seq_gap", state.last, cursor, state.last + 1, state.last_ms)
-        elif is_int(first) and is_int(state.range_last) and first > state.range_last + 1:
-            hole = Hole("seq_gap", state.range_last, first, state.range_last + 1, state.last_ms)
+        if order == "strict" and is_int(cursor) and is_int(previous) and cursor != previous + 1:
+            hole = Hole("seq_gap", previous, cursor, previous + 1, state.last_ms)
+        elif first is not None and is_int(first):
+            range_last = state.range_last
+            if is_int(range_last) and first > range_last + 1:
+                hole = Hole("seq_gap", range_last, first, range_last + 1, state.last_ms)
         if hole is None or state.live:
             return hole
         if self._cursor.replayable:
@@ -123,10 +133,12 @@ class Positions:
         return None
 
     def accept(self, cursor: Any, key: str | None, last: Any, wall_ms: int) -> None:
-        state = self.state(key)
+        state = self._states.get(key)
+        if state is None:
+            state = self.state(key)
         if cursor is not None:
             state.last = cursor
-        if is_int(last):
+        if last is not None and is_int(last):
             state.range_last = last
         state.last_ms = wall_ms
         state.live = True
@@ -150,7 +162,8 @@ class Positions:
     def checkpoint(self) -> Any:
         """The connection-level cursor: the `{key: cursor}` map for a keyed feed."""
         if not self.keyed:
-            return self.state(None).last
+            state = self._states.get(None)
+            return (state or self.state(None)).last
         merged = dict(self._resume_map)
         for key, state in self._states.items():
             if key is not None and state.last is not None:
