@@ -265,6 +265,13 @@ NOT_DONE = [
     "DynamoDB Local's JVM, the feed's 10,000 WebSocket accepts and 3-4 workers. Session mode caps "
     "MAX_CONNECTIONS at 2,534 per worker (the checkpoint item's 400 KB), so 3 workers hold 7,602 "
     "of 10,000.",
+    "- P8 (generic/1 against seqfeed/1, quick run of 2026-12-05): memory per connection is "
+    "within 2 % (one parsed generic/1 config is now shared by the sessions that use it: 28.1 -> "
+    "25.6 KB), but msgs/s per core is 0.77x seqfeed/1's at full speed (0.66x before the generic/1 "
+    "hot-path changes; GenericSocket.on_frame now costs what seqfeed/1's does). Most of the rest "
+    "is the session serialising every record's checkpoint cursor (session.add_record -> "
+    "_checkpoint_text -> json.dumps, which builds an encoder per call): with an int fast path there "
+    "P8 measured 0.89x. Not changed yet: worker/session.py is the lead's.",
     "- Simulator (full run of 2026-12-04 20:05): every design now balances after 10 workers "
     "join, with about the minimum of moves (10,000-10,545 for 10,000 to move): session 11.5 s, "
     "session+supervisor 38 s, connection 48 s, seed 545 s (its 60 s reconcile). Before, none did "
