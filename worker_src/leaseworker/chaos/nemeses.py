@@ -232,6 +232,39 @@ class DynamoThrottle(Base):
         chaos.proxy.set_faults(Faults())
 
 
+class DynamoLostReply(Base):
+    """Replies lost after DynamoDB applied the request, on the proxied worker's path (issue 20).
+
+    So that the window holds claims, it starts by SIGKILLing the worker child of another worker:
+    the supervisor's confirmed fence makes the survivors, the proxied one among them, claim the
+    dead worker's connections at once. A claim whose reply is lost must be read back and served
+    (or released), never stranded: the verdict's stranding row judges it, not an L1 bound (a lost
+    reply may cost a client deadline on top of the takeover)."""
+
+    def start(self, chaos: Chaos) -> None:
+        params = self.spec.params
+        chaos.proxy.set_faults(
+            Faults(
+                lose_rate=float(params["rate"]),
+                lose_claim_rate=float(params["claim_rate"]),
+                lose_how=str(params["how"]),
+                lose_delay=float(params["delay_s"]),
+            )
+        )
+        worker = chaos.victim(self.spec.target, exclude_proxied=True) if chaos.proxied() else None
+        if worker is None:
+            return
+        held = chaos.held_by(worker)
+        at = int(chaos.fleet.signal_child(worker, signal.SIGKILL) * 1000)
+        note = f"claimed under lost replies by {chaos.proxied()}"
+        chaos.measures.append(
+            Measure("ddb_lost_reply sigkill child", "", at, worker, held, expect_exit=128 + signal.SIGKILL, note=note)
+        )
+
+    def stop(self, chaos: Chaos) -> None:
+        chaos.proxy.set_faults(Faults())  # replies already held keep their delay
+
+
 class Upstream(Base):
     """Add connections whose upstream misbehaves for ever (the feed's `?mode=` catalogue): they
     must stay with one owner and show last_error (L3), and never disturb the others."""
@@ -267,6 +300,7 @@ NEMESES: Final[dict[str, type[Base]]] = {
     "ddb_stall": DynamoStall,
     "ddb_reset": DynamoReset,
     "ddb_throttle": DynamoThrottle,
+    "ddb_lost_reply": DynamoLostReply,
     "upstream": Upstream,
     "clock": ClockSkew,
 }

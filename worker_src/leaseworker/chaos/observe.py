@@ -34,6 +34,8 @@ class TableReading:
     owners: dict[str, tuple[str | None, int]]  # connection_id -> (owner, epoch)
     states: dict[str, str] = field(default_factory=dict)
     last_errors: dict[str, str] = field(default_factory=dict)
+    # worker_id -> (hb, fenced) from its session item `worker#<id>` (DESIGN.md §2.0)
+    sessions: dict[str, tuple[int, bool]] = field(default_factory=dict)
 
 
 def checkpoint_item_worker(key: str) -> str | None:
@@ -43,13 +45,24 @@ def checkpoint_item_worker(key: str) -> str | None:
     return None
 
 
+def session_item_worker(key: str) -> str | None:
+    """The worker whose session item (`worker#<id>`) this key is, else None."""
+    if key.startswith(WORKER_PREFIX) and not key.endswith(CKPT_SUFFIX):
+        return key[len(WORKER_PREFIX) :]
+    return None
+
+
 def effective_reading(items: list[dict[str, Any]], t_ms: int) -> TableReading:
     ckpts: dict[str, dict[str, tuple[int, int]]] = {}
+    reading = TableReading(t_ms, {}, {})
     for item in items:
-        worker = checkpoint_item_worker(item["connection_id"]["S"])
+        key = item["connection_id"]["S"]
+        worker = checkpoint_item_worker(key)
         if worker is not None:
             ckpts[worker] = entries_from(item)
-    reading = TableReading(t_ms, {}, {})
+        elif (holder := session_item_worker(key)) is not None:
+            hb = int(item.get("hb", {}).get("N", "0"))
+            reading.sessions[holder] = (hb, "fenced_by" in item)
     for item in items:
         cid = item["connection_id"]["S"]
         if cid.startswith(WORKER_PREFIX) or "removed_at_ms" in item:

@@ -283,6 +283,7 @@ def _execute(chaos: ChaosRun) -> Verdict:
         l2_bound_s=L2_BOUND_S,
         l1_fence_bound_s=FENCE_PATH_S + CONNECT_ALLOWANCE_S,
         written_back=checkpoint_regressions(writes),
+        lease_s=config.timings.lease_seconds,
     )
     verdict = judge(evidence)
     verdict.extra.update(_memory_summary(memory))
@@ -290,9 +291,31 @@ def _execute(chaos: ChaosRun) -> Verdict:
     verdict.extra["table_writes"] = len(writes)
     verdict.extra["unsafe"] = config.unsafe
     verdict.extra["injected_throttles"] = chaos.proxy.injected()
+    verdict.extra["lost_replies"] = chaos.proxy.lost()
+    verdict.extra["worker_log_counts"] = worker_log_counts(fleet.logs)
     verdict.extra["log"] = chaos.log
     (config.root / "verdict.json").write_text(json.dumps(verdict.as_dict(), indent=2))
     return verdict
+
+
+# What the workers' logs say about lost replies and their repair (worker/acquirer.py, worker/audit.py).
+LOG_MARKERS: Final = {
+    "acquire_reply_lost": "acquire reply lost; reading back",
+    "adopted_after_lost_reply": "adopted a lease whose acquire reply was lost",
+    "leases_repaired": "audit repair:",  # one line per LeasesRepaired count
+}
+
+
+def worker_log_counts(logs: Path) -> dict[str, int]:
+    """How many lines of every worker's log carry each of LOG_MARKERS."""
+    counts = dict.fromkeys(LOG_MARKERS, 0)
+    for path in sorted(logs.glob("w*.log")):
+        with contextlib.suppress(OSError):
+            for line in path.read_text(errors="replace").splitlines():
+                for name, marker in LOG_MARKERS.items():
+                    if marker in line:
+                        counts[name] += 1
+    return counts
 
 
 def _await_expected_exits(fleet: Fleet, measures: list[Measure]) -> None:

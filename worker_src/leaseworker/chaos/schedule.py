@@ -18,7 +18,14 @@ from leaseworker.local.fleet import FAST, Timings
 
 # Nemesis kinds, by what they break. (Sink faults are covered by tests/worker/test_late_write.py.)
 PROCESS_KINDS: Final = ("sigkill", "sigstop", "sigterm", "rolling_restart", "scale_out", "scale_in")
-DYNAMODB_KINDS: Final = ("ddb_latency", "ddb_stall", "ddb_blackhole", "ddb_reset", "ddb_throttle")
+DYNAMODB_KINDS: Final = (
+    "ddb_latency",
+    "ddb_stall",
+    "ddb_blackhole",
+    "ddb_reset",
+    "ddb_throttle",
+    "ddb_lost_reply",
+)
 UPSTREAM_KINDS: Final = ("upstream",)
 CLOCK_KINDS: Final = ("clock",)
 ALL_KINDS: Final = PROCESS_KINDS + DYNAMODB_KINDS + UPSTREAM_KINDS + CLOCK_KINDS
@@ -51,6 +58,7 @@ UPSTREAM_FAULTS: Final = (
     "replay",
 )
 THROTTLE_CODES: Final = ("ProvisionedThroughputExceededException", "ThrottlingException")
+LOST_REPLY_HOWS: Final = ("drop", "delay", "mixed")
 WARMUP_S: Final = 4.0  # after the fleet is balanced, before the first fault
 TAIL_S: Final = 6.0  # after the last recovery, before the verdict
 ROLLING_STEP_S: Final = 2.0
@@ -168,6 +176,16 @@ def _draw(rng: random.Random, kind: str, at: float, mode: str, timings: Timings)
     elif kind == "ddb_throttle":
         params = {"rate": round(rng.uniform(0.3, 0.5), 2), "code": rng.choice(THROTTLE_CODES)}
         duration, recovery = 4.0, 2.0
+    elif kind == "ddb_lost_reply":
+        # Requests applied, replies lost (a reset, or a delay past the client's deadline), while
+        # the proxied worker claims: the rest of a peer's connections after its death.
+        params = {
+            "rate": round(rng.uniform(0.1, 0.3), 2),
+            "claim_rate": round(rng.uniform(0.5, 0.9), 2),
+            "how": rng.choice(LOST_REPLY_HOWS),
+            "delay_s": round(lease * 2.0, 2),
+        }
+        duration, recovery = 4.0, settle + 2 * lease
     elif kind == "upstream":
         params["faults"] = [rng.choice(UPSTREAM_FAULTS) for _ in range(2)]
         recovery = 2.0

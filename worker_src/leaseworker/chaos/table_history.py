@@ -13,6 +13,14 @@ order the table applied them:
 
 Both only ever move up in the protocol (COND_CHECKPOINT's `last_seq < :seq`, the held store's
 `last_seq <= :resume`, the checkpoint item's writer counter), so each finding is a violation.
+
+Replaying the writes in order also gives the table's state after each one, hence two more (issue 20):
+
+- the EFFECTIVE checkpoint (max of the connection item's `last_seq` and its holder's entry at the
+  item's epoch, DESIGN.md §2b) lower after a write that changed the item's owner or epoch than
+  before it: a takeover or a release that lost the holder's newer entry (review 2026-12-05, C1);
+- an entry dropped from a worker's checkpoint item while the connection item still names that
+  worker at the entry's epoch: its only fresh checkpoint gone while it holds the lease (C2, B).
 """
 
 from __future__ import annotations
@@ -74,8 +82,58 @@ async def read_all(endpoint: str, stream_arn: str) -> list[Record]:
 
 
 def checkpoint_regressions(records: Sequence[Record]) -> list[str]:
-    """S3 violations: every write that moved a checkpoint back (see the module docstring)."""
-    return list(_regressions(records))
+    """S3 violations: every write that moved a checkpoint back, and every effective checkpoint
+    lost across an owner change or entry dropped while held (see the module docstring)."""
+    return list(_regressions(records)) + list(_effective_losses(records))
+
+
+def _effective_losses(records: Sequence[Record]) -> Iterator[str]:
+    items: dict[str, tuple[str | None, int, int]] = {}  # cid -> (owner, epoch, last_seq)
+    entries: dict[str, dict[str, tuple[int, int]]] = {}  # worker -> {cid: (epoch, seq)}
+
+    def effective(cid: str) -> int:
+        owner, epoch, last_seq = items[cid]
+        entry = entries.get(owner or "", {}).get(cid)
+        return max(last_seq, entry[1] if entry is not None and entry[0] == epoch else -1)
+
+    for record in records:
+        new, old = record.get("NewImage"), record.get("OldImage")
+        image = new if new is not None else old
+        if image is None:
+            continue
+        key = str(image["connection_id"]["S"])
+        worker = checkpoint_item_worker(key)
+        if worker is not None:
+            after = entries_from(dict(new)) if new is not None else {}
+            for cid, (epoch, seq) in sorted(entries.get(worker, {}).items()):
+                if cid in after and after[cid][0] >= epoch:
+                    continue
+                owner, item_epoch, _ = items.get(cid, (None, -1, -1))
+                if owner == worker and item_epoch == epoch:
+                    yield (
+                        f"S3 {cid}: {worker}'s checkpoint entry at epoch {epoch} (seq {seq}) dropped "
+                        f"while the item still names {worker} at that epoch"
+                    )
+            entries[worker] = after
+            continue
+        if key.startswith(WORKER_PREFIX) or new is None or "removed_at_ms" in new:
+            items.pop(key, None)
+            continue
+        before = effective(key) if key in items else None
+        was = items.get(key)
+        owner = new.get("lease_owner", {}).get("S")
+        epoch = int(new.get("lease_epoch", {}).get("N", "0"))
+        items[key] = (owner, epoch, int(new.get("last_seq", {}).get("N", "-1")))
+        if was is None or before is None or was[:2] == (owner, epoch):
+            continue
+        if items[key][2] < was[2]:
+            continue  # the item's own last_seq went back: reported as such by _regressions
+        now = effective(key)
+        if now < before:
+            yield (
+                f"S3 {key}: effective checkpoint moved back from {before} to {now} across an owner "
+                f"change ({was[0] or 'nobody'} at epoch {was[1]} -> {owner or 'nobody'} at epoch {epoch})"
+            )
 
 
 def _regressions(records: Sequence[Record]) -> Iterator[str]:

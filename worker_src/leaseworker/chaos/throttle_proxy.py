@@ -7,6 +7,13 @@ latency with jitter, or answered by the proxy itself with a real DynamoDB thrott
 instead of being forwarded. A delayed request is still sent on after its client gave up: a
 late write reaches DynamoDB Local the way it would reach DynamoDB, and only its conditions
 decide whether it lands.
+
+Lost replies (issue 20): with `lose_rate` (every request) or `lose_claim_rate` (claims and
+acquires: the UpdateItems that add 1 to `lease_epoch`), the request is forwarded and applied, the
+reply is read from DynamoDB Local, and then it is lost: either the client's connection is reset
+instead of the reply being forwarded ("drop"), or the reply is held for `lose_delay` seconds,
+past the client's deadline, before it is forwarded ("delay"; a client that gave up has closed
+the socket, so nobody reads it). `lose_how` picks one, or "mixed" draws one per lost reply.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Final
@@ -41,6 +49,23 @@ class Faults:
     jitter: float = 0.0  # uniform +- seconds around latency
     throttle_rate: float = 0.0  # share of requests answered with a throttling error
     throttle_code: str = "ProvisionedThroughputExceededException"
+    lose_rate: float = 0.0  # share of replies lost after the request was applied
+    lose_claim_rate: float = 0.0  # the same, for claims/acquires (UpdateItem ... ADD lease_epoch)
+    lose_how: str = "mixed"  # "drop" (reset), "delay" (past the deadline) or "mixed"
+    lose_delay: float = 6.0  # seconds a delayed reply is held
+
+    def lose_chance(self, request: bytes) -> float:
+        if self.lose_claim_rate and is_claim_request(request):
+            return max(self.lose_rate, self.lose_claim_rate)
+        return self.lose_rate
+
+
+_CLAIM = re.compile(rb'"UpdateExpression":\s*"[^"]*ADD lease_epoch')
+
+
+def is_claim_request(request: bytes) -> bool:
+    """An UpdateItem that adds 1 to the epoch: a claim or an acquire (tests/worker/lost_reply.is_claim)."""
+    return b"UpdateItem" in request and _CLAIM.search(request) is not None
 
 
 def throttle_response(code: str, message: str = "Rate of requests exceeds the allowed throughput.") -> bytes:
@@ -98,6 +123,7 @@ class FaultProxy(TcpProxy):
         self.faults = Faults()
         self.injected = 0
         self.forwarded = 0
+        self.lost = {"drop": 0, "delay": 0, "claims": 0}
         self._rng = random.Random(seed)
 
     async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
@@ -127,6 +153,17 @@ class FaultProxy(TcpProxy):
                 response = await read_message(upstream[0])
                 if response is None or self.mode != "pass":
                     break
+                faults = self.faults
+                chance = faults.lose_chance(request)
+                if chance and self._rng.random() < chance:  # applied; its reply is lost
+                    how = faults.lose_how
+                    if how == "mixed":
+                        how = self._rng.choice(("drop", "delay"))
+                    self.lost[how] += 1
+                    self.lost["claims"] += is_claim_request(request)
+                    if how == "drop":
+                        break  # the finally aborts the client's socket: a reset, no reply
+                    await asyncio.sleep(faults.lose_delay)
                 self.forwarded += 1
                 client_writer.write(response)
                 await client_writer.drain()
@@ -162,3 +199,12 @@ class FaultProxyThread(ProxyThread):
 
     async def _injected(self) -> int:
         return self.fault_proxy.injected
+
+    def lost(self) -> dict[str, int]:
+        """Replies lost so far: {"drop": n, "delay": n, "claims": n of them claims}."""
+        with contextlib.suppress(Exception):
+            return dict(asyncio.run_coroutine_threadsafe(self._lost(), self._loop).result(5))
+        return {}
+
+    async def _lost(self) -> dict[str, int]:
+        return dict(self.fault_proxy.lost)
