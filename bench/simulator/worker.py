@@ -26,7 +26,7 @@ from leaseworker.lease.balance import fair_share, unowned_beyond_room
 from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.liveness import SessionValidity
-from leaseworker.lease.model import Lease, LeaseState
+from leaseworker.lease.model import Lease, LeaseState, renewal_timeout
 from leaseworker.lease.ownership import ConnectionLeases, Ownership, Progress
 from leaseworker.lease.session_leases import SessionLeases
 from leaseworker.lease.session_store import Fenced, SessionStore
@@ -34,7 +34,6 @@ from leaseworker.lease.store import Acquired, AcquireResult, LeaseStore, Lost, S
 from leaseworker.settings import Settings
 from leaseworker.worker.acquirer import LEAST_CANDIDATES, RECONCILE_JITTER
 from leaseworker.worker.heartbeat import CLAIM_PUBLISH_SECONDS
-from leaseworker.worker.keeper import RENEW_ATTEMPT_HEARTBEATS
 
 
 @dataclass(slots=True)
@@ -294,10 +293,7 @@ class SimWorker:
                 lease.renewed(sent_at, self.settings)
             real = [due[0], *rest]
         for lease in real:
-            timeout = min(
-                lease.valid_until - sent_at, RENEW_ATTEMPT_HEARTBEATS * self.settings.heartbeat_seconds
-            )
-            result = await self.ownership.renew(lease, timeout=timeout)
+            result = await self.ownership.renew(lease, timeout=renewal_timeout(self.settings))
             if isinstance(result, Lost):
                 lease.lose(result.reason)
                 self.held.pop(lease.connection_id, None)

@@ -201,7 +201,14 @@ def local_deadline(sent_at: float, settings: Settings) -> float:
     return sent_at + settings.local_validity_seconds
 
 
-def renewal_timeout(lease: Lease, now: float) -> float:
-    """A renewal may take as long as the lease stays valid locally, and no longer: past that
-    point its success could no longer extend anything we are allowed to rely on."""
-    return max(0.0, lease.valid_until - now)
+def renewal_timeout(settings: Settings) -> float:
+    """How long a renewal sent now may take: until the deadline its own success would set
+    (`local_deadline(sent_at)`), and no longer, for past that point it could extend nothing.
+
+    It is NOT cut at the lease's current deadline: renewals are pipelined (worker/keeper.py),
+    so an older one in flight may still land and move that deadline before it passes, and this
+    one then lands within the lease it extends. Cutting every attempt at the current deadline
+    cancelled each renewal of a slow but timely DynamoDB (a 1.4 s round trip against 1.1 s left)
+    and moved every lease (issue 20, 3b). If the lease lapses meanwhile it is LOST, and a late
+    success extends nothing (`Lease.extend_to`)."""
+    return settings.local_validity_seconds

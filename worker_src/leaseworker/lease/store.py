@@ -48,6 +48,9 @@ COND_ACQUIRE = (
 )
 COND_HELD = "lease_owner = :me AND lease_epoch = :epoch"
 COND_HELD_AND_STARTED = f"{COND_HELD} AND desired_state = :started"
+# Renewals are pipelined (worker/keeper.py): an older one landing after a newer one must not move
+# the expiry back below what the newer one wrote, which its holder already counts on (S1).
+COND_RENEW = f"{COND_HELD_AND_STARTED} AND lease_expires_at_ms < :expires"
 # S3: a checkpoint never moves backwards, whatever order concurrent writes land in.
 # The cursor is written with the seq it belongs to, in the same write: `:cursor` is JSON text, or
 # NULL when the feed has none (DynamoDB's NULL type, so the attribute never keeps a stale cursor).
@@ -219,7 +222,15 @@ class LeaseStore:
         return None
 
     async def renew(self, lease: Lease, *, timeout: float) -> RenewResult:
-        """Extend one lease; the caller sets `timeout` no later than the lease's local validity."""
+        """Extend one lease; the caller sets `timeout` no later than this renewal's own local
+        validity (`model.renewal_timeout`).
+
+        The expiry only moves forward. A renewal refused only because the stored expiry is
+        already at or past ours (a newer pipelined renewal landed first, or this call's own
+        earlier attempt did and the SDK retried) is `Renewed`: the item is still ours, STARTED,
+        and expires no sooner than this write would have made it, which is all the holder's
+        deadline from this send time relies on.
+        """
         now = now_ms()
         try:
             await self._call(
@@ -227,7 +238,7 @@ class LeaseStore:
                     TableName=self._table,
                     Key={"connection_id": {"S": lease.connection_id}},
                     UpdateExpression="SET lease_expires_at_ms = :expires",
-                    ConditionExpression=COND_HELD_AND_STARTED,
+                    ConditionExpression=COND_RENEW,
                     ExpressionAttributeValues={
                         ":me": {"S": lease.owner},
                         ":epoch": {"N": str(lease.epoch)},
@@ -241,9 +252,12 @@ class LeaseStore:
         except ClientError as error:
             if _code(error) != CONDITION_FAILED:
                 raise translate_client_error(error) from error
-            if _held_by(_old_item(error), lease):
+            old = _old_item(error)
+            if not _held_by(old, lease):
+                return _lost_from(error, "renewal refused")
+            if old.get("desired_state", {}).get("S") != STARTED:
                 return Stopped()
-            return _lost_from(error, "renewal refused")
+            return Renewed()  # superseded: the stored expiry is at or past the one we sent
         return Renewed()
 
     async def checkpoint(self, lease: Lease, seq: int, cursor: str | None = None) -> bool:

@@ -6,9 +6,21 @@ deadline to (send time + LEASE_SECONDS − margin); in session mode that deadlin
 held lease's deadline (§2d). A refusal means a peer or the supervisor fenced us: the worker
 drops everything at once (`on_fenced`) and stops.
 
-Each attempt is bounded by 1.5 heartbeats and, in session mode, by the session's remaining
-validity (a heartbeat that lands later could extend nothing we may rely on). After a pause the
-schedule restarts from now instead of firing a burst.
+Periodic heartbeats are pipelined: one is sent every HEARTBEAT_SECONDS whether or not the previous
+one has answered (at most MAX_IN_FLIGHT at once), and each success moves the deadline to its own
+send time + LEASE_SECONDS − margin. Each attempt is bounded by that deadline of its own (past it a
+success could extend nothing), not by the session's current deadline: an older heartbeat in flight
+may still land and move that first. After a pause the schedule restarts from now instead of
+firing a burst.
+
+Where the time went before (issue 20, 3b): heartbeats were sent one after another, each cut at
+min(1.5 H, the session's remaining validity). With a 1.4 s round trip against LEASE_SECONDS = 3,
+H = 1, each was cancelled at about 1.3 s ("exceeded its 1.29 s deadline") although it would have
+landed well within the session it extends, so the session lapsed and every lease moved. Now the
+session is kept, and its `hb` moves every H on an observer's clock, while every round trip
+R < LEASE_SECONDS − margin − H (1.7 s at the local fleet's timings, 13 s at the defaults).
+Pipelined heartbeats may land out of order, so under such latency a peer may briefly see an
+older `load` (fair share only; `hb` is a counter and the deadline takes the maximum).
 
 The published load counts the leases we mean to keep, not those being handed back. A claim is
 published within CLAIM_PUBLISH_SECONDS (`publish_soon`), one beat for the claims of that time. A graceful
@@ -26,7 +38,7 @@ import time
 from collections.abc import Callable
 
 from leaseworker.lease.errors import StoreError
-from leaseworker.lease.liveness import SessionValidity
+from leaseworker.lease.liveness import SessionValidity, session_deadline
 from leaseworker.lease.session_store import Fenced, SessionStore
 from leaseworker.observability.logging import get_logger
 from leaseworker.observability.tracing import Tracing
@@ -37,7 +49,7 @@ from leaseworker.worker.waits import wait_any
 
 logger = get_logger(__name__)
 
-ATTEMPT_HEARTBEATS = 1.5
+MAX_IN_FLIGHT = 4  # periodic heartbeats on the wire at once (a round trip of up to 4 H)
 PUBLISH_WAIT_SECONDS = 0.5  # a release waits at most this long for its load to be published
 CLAIM_PUBLISH_SECONDS = 0.25  # a claim shows in our published load after at most this (+ a write)
 
@@ -73,15 +85,30 @@ class SessionHeartbeat:
     async def run(self, done: asyncio.Event) -> None:
         period = self._settings.heartbeat_seconds
         next_at = time.monotonic() + period
-        while not done.is_set() and not self._validity.fenced:
-            await wait_any(max(0.0, next_at - time.monotonic()), done)
-            if done.is_set():
-                return
-            next_at = max(next_at + period, time.monotonic())
-            with survive("heartbeat"):
-                await self.beat()
-        if self._after_claims is not None:
-            self._after_claims.cancel()
+        in_flight: set[asyncio.Task[None]] = set()
+        try:
+            while not done.is_set() and not self._validity.fenced:
+                await wait_any(max(0.0, next_at - time.monotonic()), done)
+                if done.is_set():
+                    return
+                next_at = max(next_at + period, time.monotonic())
+                if len(in_flight) >= MAX_IN_FLIGHT:
+                    continue  # every one of them still has time to land: no pile-up
+                beat = asyncio.create_task(self._periodic_beat(), name="heartbeat:periodic")
+                in_flight.add(beat)
+                beat.add_done_callback(in_flight.discard)
+        finally:
+            for beat in list(in_flight):
+                beat.cancel()
+            if in_flight:
+                await asyncio.gather(*in_flight, return_exceptions=True)
+            if self._after_claims is not None:
+                self._after_claims.cancel()
+
+    async def _periodic_beat(self) -> None:
+        """A periodic beat does not wait for the one before it (nor for a publish)."""
+        with survive("heartbeat"):
+            await self._beat()
 
     def publish_soon(self) -> None:
         """After a claim: publish our load within CLAIM_PUBLISH_SECONDS, by one beat for all the
@@ -128,11 +155,8 @@ class SessionHeartbeat:
     async def _beat(self) -> bool:
         settings = self._settings
         sent_at = time.monotonic()
-        timeout = ATTEMPT_HEARTBEATS * settings.heartbeat_seconds
-        if settings.lease_mode == "session" and self.beats:
-            timeout = min(timeout, self._validity.valid_until - sent_at)
-            if timeout <= 0:
-                timeout = ATTEMPT_HEARTBEATS * settings.heartbeat_seconds  # lapsed: try to recover
+        # Until the deadline this very heartbeat would set: a success later extends nothing.
+        timeout = session_deadline(sent_at, settings) - sent_at
         try:
             load = self.load()
             with self._tracing.span("session.heartbeat", load=load):
@@ -145,7 +169,10 @@ class SessionHeartbeat:
                     timeout=timeout,
                 )
         except StoreError as error:
-            logger.warning("session heartbeat failed", extra={"error": str(error)})
+            logger.warning(
+                "session heartbeat failed",
+                extra={"error": str(error), "sent_ago": round(time.monotonic() - sent_at, 3)},
+            )
             return False
         if isinstance(result, Fenced):
             logger.error(

@@ -1,25 +1,37 @@
-"""Connection-mode renewals (DESIGN.md §2a): every lease on its own schedule.
+"""Connection-mode renewals (DESIGN.md §2a): every lease on its own schedule, pipelined.
 
-A renewal is due HEARTBEAT_SECONDS after the previous one was sent. The keeper starts each due
-renewal as its own task and never waits for a round to finish, so one slow or stalled DynamoDB
-round trip delays only the lease it carries: the others keep renewing (the seed's design, and
-ours before this, renewed in rounds, so one stall of about a lease let every lease expire).
+A renewal is sent every HEARTBEAT_SECONDS after the previous one was SENT, whether or not that
+one has answered: renewals of one lease are pipelined (up to MAX_IN_FLIGHT per lease). Each one
+that succeeds moves the local deadline to its own send time + local validity (§2d), so S1 rests
+on send times exactly as before. The keeper starts each due renewal as its own task and never
+waits for a round to finish, so one slow or stalled round trip delays only the renewal it carries.
 
-Each attempt is bounded by RENEW_ATTEMPT_HEARTBEATS heartbeats and by the lease's remaining local
-validity, whichever is sooner; a failed attempt is retried after RETRY_FRACTION of a heartbeat
-while the lease is still valid locally. A round trip of up to about a third of the lease (one
-heartbeat at the minimum LEASE_SECONDS = 3 × HEARTBEAT_SECONDS) therefore fences no healthy lease.
-The hard limit is half the local validity (a renewal that returns after R seconds sends the
-next at once, which must return before the first one's validity ends): at the defaults
-(validity 17 s) a round trip of 8.5 s; at the local fleet's scaled timings (2.5 s), 1.25 s.
-Renewals of one lease never overlap: a late older renewal would overwrite a newer expiry.
-RENEW_CONCURRENCY bounds the renewals in flight below the lease client's connection pool
-(`aws.LEASE_POOL_CONNECTIONS`), so renewals never queue behind checkpoints at the pool.
+Each attempt is bounded by its own local validity (`model.renewal_timeout`): past that it could
+extend nothing. It is not cut at the lease's current deadline, since a renewal sent earlier may
+still land and move that deadline first. A failed attempt is retried after RETRY_FRACTION of a
+heartbeat while the lease is valid locally.
+
+Where the time went before (issue 20, 3b): renewals were sent one after another, each bounded by
+min(1.5 H, the lease's remaining validity). With a 1.4 s round trip against LEASE_SECONDS = 3,
+H = 1 (validity 2.5 s), each renewal was sent about 1.1 s before the deadline and cancelled at it
+("exceeded its 1.09 s deadline"), although it would have landed within the lease it extends; even
+uncut, serial renewals need 2 round trips per validity (R < V/2 = 1.25 s).
+
+The bound now: a lease is kept while every round trip R < V − H (V = LEASE_SECONDS −
+MAX_CLOCK_SKEW − margin): the renewal sent H after a successful one must land before that one's
+deadline. At the local fleet's timings (V = 2.5 s, H = 1 s) 1.5 s; at the defaults (V = 17 s,
+H = 5 s) 12 s, which the lease client's read timeout allows (aws.lease_client_config). Leases ×
+R / H renewals are in flight; RENEW_CONCURRENCY bounds them below the lease client's connection
+pool (64, `aws.lease_client_config`), so renewals never queue behind checkpoints at the pool.
+
+Pipelined renewals may land out of order; the store's renewal only moves the expiry forward
+(`store.COND_RENEW`), so an older one landing late never shortens what a newer one wrote.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 
 from leaseworker.lease.errors import StoreError
@@ -36,8 +48,12 @@ from leaseworker.worker.waits import wait_any
 logger = get_logger(__name__)
 
 RENEW_CONCURRENCY = 48
-RENEW_ATTEMPT_HEARTBEATS = 1.5
 RETRY_FRACTION = 0.2
+
+
+def max_in_flight(settings: Settings) -> int:
+    """Renewals of one lease on the wire at once: as many as fit in one local validity."""
+    return max(1, math.ceil(settings.local_validity_seconds / settings.heartbeat_seconds))
 
 
 class LeaseKeeper:
@@ -59,18 +75,21 @@ class LeaseKeeper:
 
     async def run(self, done: asyncio.Event) -> None:
         period = self._settings.heartbeat_seconds
+        limit = max_in_flight(self._settings)
         async with asyncio.TaskGroup() as group:
             while not done.is_set():
                 now = time.monotonic()
                 for owned in self._registry.live():
                     if owned.next_renewal == 0.0:  # just acquired: the claim itself was a renewal
                         owned.next_renewal = owned.acquired_at + period
-                due = [o for o in self._registry.live() if not o.renewing and o.next_renewal <= now]
+                ready = [o for o in self._registry.live() if o.renewing < limit]
+                due = [o for o in ready if o.next_renewal <= now]
                 if due:
                     for owned in due:
-                        owned.renewing = True
+                        owned.renewing += 1
+                        owned.next_renewal = now + period  # the next one is due a period after this send
                     group.create_task(self._renew_batch(due))
-                waiting = [o.next_renewal for o in self._registry.live() if not o.renewing]
+                waiting = [o.next_renewal for o in self._registry.live() if o.renewing < limit]
                 wake = min(waiting, default=now + period)
                 self._registry.changed.clear()
                 self._finished.clear()
@@ -91,19 +110,21 @@ class LeaseKeeper:
         try:
             async with self._gate:
                 sent_at = time.monotonic()
-                timeout = min(renewal_timeout(lease, sent_at), RENEW_ATTEMPT_HEARTBEATS * period)
-                if timeout <= 0:
-                    return  # the session's fence timer has already stopped delivery
+                if not lease.is_valid(sent_at):
+                    return  # lapsed or lost: the session's fence timer has stopped delivery
                 try:
-                    result = await self._ownership.renew(lease, timeout=timeout)
+                    result = await self._ownership.renew(lease, timeout=renewal_timeout(self._settings))
                 except StoreError as error:
-                    owned.next_renewal = time.monotonic() + RETRY_FRACTION * period
+                    owned.next_renewal = min(owned.next_renewal, time.monotonic() + RETRY_FRACTION * period)
                     logger.warning(
                         "renewal failed; retrying while the lease is valid",
-                        extra={"connection_id": lease.connection_id, "error": str(error)},
+                        extra={
+                            "connection_id": lease.connection_id,
+                            "error": str(error),
+                            "sent_ago": round(time.monotonic() - sent_at, 3),
+                        },
                     )
                     return
-            owned.next_renewal = sent_at + period
             if isinstance(result, Renewed):
                 lease.renewed(sent_at, self._settings)
             elif isinstance(result, Stopped):
@@ -116,5 +137,5 @@ class LeaseKeeper:
                 )
                 owned.session.lose(result.reason)
         finally:
-            owned.renewing = False
+            owned.renewing -= 1
             self._finished.set()

@@ -21,7 +21,7 @@ class Owned:
     task: asyncio.Task[None] | None = None
     acquired_at: float = field(default_factory=time.monotonic)
     next_renewal: float = 0.0  # monotonic; connection mode renews each lease on its own schedule
-    renewing: bool = False
+    renewing: int = 0  # connection-mode renewals of this lease in flight (pipelined)
     settling: bool = False  # the session ended; its release or failure mark is being written
 
     @property

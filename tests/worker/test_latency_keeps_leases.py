@@ -1,0 +1,125 @@
+"""DynamoDB latency must not move leases (issue 20, item 3b), in both lease modes.
+
+A proxy adds 700 ms to each chunk in both directions (a round trip of about 1.4 s, against a
+3 s lease with 1 s heartbeats) to one worker's DynamoDB traffic for 10 s. A renewal or heartbeat
+that succeeds late is still a renewal: every write lands within the lease it extends, so the
+worker must keep all its leases. Judged from outside: no connection's `lease_epoch` changes, and
+the feed server sees no connection go unsubscribed for longer than about a second.
+
+A second worker (direct to DynamoDB) observes the slow one's `hb` on its own clock, so the
+observer's judgement (fence a peer whose counter stood still for LEASE_SECONDS) is real. It holds
+one connection of its own at MAX_CONNECTIONS = 1, so fair share leaves the slow worker all eight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import aioboto3
+import pytest
+from types_aiobotocore_dynamodb import DynamoDBClient
+
+from leaseworker.feed.server import FeedServer
+from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.local.proxy import TcpProxy
+from leaseworker.observability.metrics import MetricName
+from leaseworker.settings import LeaseMode, Settings
+from tests.worker.harness import eventually, running
+
+CHUNK_LATENCY = 0.7  # seconds added to each chunk, each way: about 1.4 s a round trip
+FAULT_SECONDS = 10.0
+MAX_GAP_MS = 1000  # "no subscriber" longer than this is a moved (or lapsed) lease
+IDS = [f"c{i}" for i in range(8)]
+
+
+async def round_trip(endpoint: str, table: str) -> float:
+    """One GetItem's round trip through `endpoint` on a fresh client, in seconds."""
+    async with aioboto3.Session().client(
+        "dynamodb", endpoint_url=endpoint, region_name="us-east-1"
+    ) as client:
+        started = time.monotonic()
+        await client.get_item(TableName=table, Key={"connection_id": {"S": "c0"}})
+        return time.monotonic() - started
+
+
+def longest_gaps(log: Path, start_ms: int, end_ms: int) -> dict[str, int]:
+    """Per connection: the longest time within [start_ms, end_ms] with no subscribed session."""
+    opened: dict[int, tuple[str, int]] = {}
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for line in log.read_text().splitlines():
+        event = json.loads(line)
+        cid = event["connection_id"]
+        if event["event"] == "subscribe":
+            opened[event["session"]] = (cid, event["t_ms"])
+        elif event["event"] == "close" and event["session"] in opened:
+            cid, began = opened.pop(event["session"])
+            spans.setdefault(cid, []).append((began, event["t_ms"]))
+    for cid, began in opened.values():
+        spans.setdefault(cid, []).append((began, end_ms))
+    gaps: dict[str, int] = {}
+    for cid, intervals in spans.items():
+        covered_to, longest = start_ms, 0
+        for began, ended in sorted(intervals):
+            if ended <= covered_to:
+                continue
+            longest = max(longest, min(began, end_ms) - covered_to)
+            covered_to = max(covered_to, began, ended) if began <= covered_to else ended
+            if covered_to >= end_ms:
+                break
+        gaps[cid] = max(longest, end_ms - covered_to)
+    return gaps
+
+
+@pytest.mark.parametrize("mode", ["connection", "session"])
+async def test_a_slow_but_timely_dynamodb_moves_no_lease(
+    ddb: DynamoDBClient,
+    table: str,
+    settings: Settings,
+    dynamodb_proxy: TcpProxy,
+    tmp_path: Path,
+    mode: LeaseMode,
+) -> None:
+    admin = LeaseTableAdmin(ddb, table)
+    base = replace(settings, sink="null", lease_mode=mode)
+    slow = replace(base, worker_id="slow", endpoint_url=dynamodb_proxy.url)
+    observer = replace(base, worker_id="observer", max_connections=1)
+    log = tmp_path / "feed-sessions.jsonl"
+    async with FeedServer(rate=20, session_log=log) as feed:
+        await admin.add("obs", feed.url_for("obs"))
+        async with running(observer) as watching:
+            await eventually(lambda: watching.worker.owned == ["obs"], 10, "the observer owns its one")
+            for cid in IDS:
+                await admin.add(cid, feed.url_for(cid))
+            async with running(slow) as run:
+                await eventually(lambda: run.worker.owned == IDS, 15, "the slow worker owns all eight")
+                await eventually(lambda: "slow" in watching.worker.peers, 10, "the observer sees it live")
+                await asyncio.sleep(2 * settings.heartbeat_seconds)  # settled
+                before = {item["connection_id"]: item["lease_epoch"] for item in await admin.list()}
+
+                dynamodb_proxy.latency = CHUNK_LATENCY
+                fault_ms = time.time_ns() // 1_000_000
+                rtt = await round_trip(dynamodb_proxy.url, table)
+                print(
+                    f"DynamoDB round trip through the proxy: {rtt:.2f} s (lease {settings.lease_seconds} s)"
+                )
+                assert rtt >= 1.3, f"the fault is milder than the issue's: {rtt:.2f} s"
+                await asyncio.sleep(FAULT_SECONDS - rtt)
+                dynamodb_proxy.latency = 0.0
+                await asyncio.sleep(2 * settings.lease_seconds)  # anything lapsed shows by now
+                end_ms = time.time_ns() // 1_000_000
+                after = {item["connection_id"]: item["lease_epoch"] for item in await admin.list()}
+                totals = run.metrics.totals()
+                owned = run.worker.owned
+    gaps = longest_gaps(log, fault_ms, end_ms)
+    print(f"{mode}: epochs {before} -> {after}; longest unsubscribed ms {gaps}; metrics {totals}")
+    moved = {cid: (before[cid], after[cid]) for cid in before if before[cid] != after[cid]}
+    assert not moved, f"leases moved under latency (epoch before, after): {moved}"
+    assert owned == IDS, owned
+    assert totals.get(MetricName.SelfFenced, 0) == 0, totals
+    assert totals.get(MetricName.LeasesLost, 0) == 0, totals
+    long_gaps = {cid: ms for cid, ms in gaps.items() if ms > MAX_GAP_MS}
+    assert not long_gaps, f"connections without a subscriber for too long (ms): {long_gaps}"
