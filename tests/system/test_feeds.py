@@ -207,12 +207,15 @@ def negative_controls(arrivals: list[Arrival], judge: Any, before: dict[str, tup
     for a in arrivals:
         if a.cid == JS:
             js_count[a.record["cursor"]] = js_count.get(a.record["cursor"], 0) + 1
-    # 1. One Jetstream event, delivered once, removed: lost.
+    # 1. One Jetstream event, delivered once, removed: lost, a seq hole, and the consumer (who
+    #    waits for the missing seq) yields nothing of that epoch after it.
     copy, dropped = drop_one(
         arrivals, lambda a: a.cid == JS and a.seq == 10 and js_count[a.record["cursor"]] == 1
     )
     found = judge(copy)
     assert any(f"never reached the sink, first [{dropped.record['cursor']}" in v for v in found), found
+    assert f"seq {JS} epoch {dropped.epoch}: 1 seqs missing, first [10]" in found, found
+    assert any(v.startswith(f"consumer {JS}") for v in found), found
 
     # 2. One Coinbase trade in the middle of a socket removed: missing while connected, unmarked.
     copy, dropped = drop_one(arrivals, lambda a: a.cid == CB and a.epoch == old_cb and a.seq == 12)
