@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import aioboto3
 import pytest
@@ -17,10 +18,10 @@ from aiobotocore.config import AioConfig
 from botocore.exceptions import ClientError
 
 from leaseworker import unsafe
-from leaseworker.chaos.observe import rss_kib, tree_rss_kib
+from leaseworker.chaos.observe import TableReading, rss_kib, tree_rss_kib
 from leaseworker.chaos.runner import JOIN_SETTLE_S, join_windows
 from leaseworker.chaos.schedule import ALL_KINDS, make_schedule
-from leaseworker.chaos.throttle_proxy import FaultProxyThread, Faults
+from leaseworker.chaos.throttle_proxy import FaultProxyThread, Faults, is_claim_request
 from leaseworker.chaos.verdict import Evidence, judge, stale_count
 from leaseworker.lease import store
 from leaseworker.lease.liveness import session_deadline
@@ -28,6 +29,10 @@ from leaseworker.local.fleet import poll_until
 from leaseworker.local.invariants import Delivered
 from leaseworker.settings import Settings, SettingsError, load_settings
 from leaseworker.supervisor.process import child_pids
+from leaseworker.worker import peers
+from leaseworker.worker.acquirer import Acquirer
+from leaseworker.worker.audit import Audit
+from leaseworker.worker.checkpointer import Checkpointer
 
 
 def test_one_seed_replays_one_schedule() -> None:
@@ -63,7 +68,7 @@ def test_unsafe_switch_is_refused_without_confirmation() -> None:
         unsafe.requested({unsafe.DISABLE_VAR: "self-fencing"})
     with pytest.raises(SettingsError, match="unknown"):
         unsafe.requested({unsafe.DISABLE_VAR: "everything", unsafe.CONFIRM_VAR: "yes"})
-    confirmed = {unsafe.DISABLE_VAR: "self-fencing,checkpoint-epoch", unsafe.CONFIRM_VAR: "yes"}
+    confirmed = {unsafe.DISABLE_VAR: ",".join(sorted(unsafe.SWITCHES)), unsafe.CONFIRM_VAR: "yes"}
     assert unsafe.requested(confirmed) == unsafe.SWITCHES
 
 
@@ -86,12 +91,80 @@ def test_unsafe_switches_move_both_deadlines_and_the_checkpoint_condition(
     validity, session = settings.local_validity_seconds, session_deadline(0.0, settings)
     assert "attribute_not_exists(last_seq) OR last_seq < :seq" in store.COND_CHECKPOINT
     env = {unsafe.DISABLE_VAR: "self-fencing,checkpoint-epoch", unsafe.CONFIRM_VAR: "yes"}
-    assert unsafe.apply_from_environment(env) == unsafe.SWITCHES
+    assert unsafe.apply_from_environment(env) == {unsafe.SELF_FENCING, unsafe.CHECKPOINT_EPOCH}
     assert settings.local_validity_seconds == validity + unsafe.UNSAFE_EXTRA_VALIDITY_SECONDS
     assert session_deadline(0.0, settings) == session + unsafe.UNSAFE_EXTRA_VALIDITY_SECONDS
     assert store.COND_CHECKPOINT == unsafe.COND_CHECKPOINT_UNFENCED
     assert all(name in store.COND_CHECKPOINT for name in (":me", ":epoch", ":seq"))  # all values used
     assert "UNSAFE TEST-ONLY SWITCH ACTIVE" in caplog.text
+
+
+@pytest.fixture
+def restore_issue20_targets() -> Iterator[None]:
+    saved = [
+        (Acquirer, "_resolve", Acquirer.__dict__["_resolve"]),
+        (Audit, "round", Audit.__dict__["round"]),
+        (Checkpointer, "round", Checkpointer.__dict__["round"]),
+        (peers, "resume_seq", peers.resume_seq),
+    ]
+    yield
+    for owner, name, value in saved:
+        setattr(owner, name, value)
+
+
+@pytest.mark.usefixtures("restore_issue20_targets")
+async def test_issue20_switches_break_exactly_what_they_name() -> None:
+    resolve, audit_round, checkpoint_round = Acquirer._resolve, Audit.round, Checkpointer.round
+    assert peers.resume_seq({"c": (4, 90)}, "c", 4) == 90
+    env = {
+        unsafe.DISABLE_VAR: f"{unsafe.LOST_CLAIM},{unsafe.TAKEOVER_RESUME},{unsafe.RELEASING_ENTRY}",
+        unsafe.CONFIRM_VAR: "yes",
+    }
+    assert unsafe.apply_from_environment(env) == {
+        unsafe.LOST_CLAIM,
+        unsafe.TAKEOVER_RESUME,
+        unsafe.RELEASING_ENTRY,
+    }
+    assert Acquirer._resolve is not resolve and Audit.round is not audit_round
+    assert await Acquirer._resolve(object(), object()) is None  # type: ignore[arg-type]
+    assert await Audit.round(object()) == 0  # type: ignore[arg-type]
+    assert peers.resume_seq({"c": (4, 90)}, "c", 4) == -1  # the dead holder's entry ignored
+    assert Checkpointer.round is not checkpoint_round
+
+
+def test_verdict_names_a_stranded_connection_with_its_owner_and_duration() -> None:
+    """Held by a live (heartbeating, unfenced) w1 at epoch 5 with nobody subscribed: stranded once
+    that lasts past the bound; a fenced or silent owner, or a subscriber at the epoch, is not."""
+
+    def reading(t: int, hb: int, *, fenced: bool = False, owner: str = "w1") -> TableReading:
+        return TableReading(
+            t, {"c": 10}, {"c": (owner, 5)}, {"c": "STARTED"}, {}, {"w1": (hb, fenced), "w2": (1, False)}
+        )
+
+    events: list[dict[str, object]] = [
+        {"event": "subscribe", "session": 1, "connection_id": "c", "epoch": 4, "t_ms": 0},
+        {"event": "close", "session": 1, "connection_id": "c", "epoch": 4, "t_ms": 1_000},
+        {"event": "subscribe", "session": 2, "connection_id": "c", "epoch": 5, "t_ms": 20_000},
+    ]
+    readings = [reading(t, t // 1000) for t in range(0, 25_000, 250)]  # w1 beats every second
+
+    def judged(readings: list[TableReading]) -> Any:
+        evidence = Evidence(
+            1, "session", [], readings, events, [], {}, [], set(), {}, 7.5, 1.5, 3.0, lease_s=3.0
+        )
+        return next(row for row in judge(evidence).rows if row.name == "L1 no stranding")
+
+    row = judged(readings)
+    assert not row.ok
+    assert row.detail == [
+        "c: STARTED, held by live w1 at epoch 5, no subscriber for 19.8 s from 0 ms"
+    ], "the epoch-4 subscriber does not serve epoch 5; the epoch-5 one at 20 s ends it"
+    silent = [reading(t, 0) for t in range(0, 25_000, 250)]  # w1's hb never moves: dead to peers
+    assert judged(silent).ok
+    fenced = [reading(t, t // 1000, fenced=True) for t in range(0, 25_000, 250)]
+    assert judged(fenced).ok
+    short = [r for r in readings if r.t_ms < 7_000]  # 6.75 s unserved: within the bound
+    assert judged(short).ok
 
 
 async def _get_item_through(url: str) -> str:
@@ -121,6 +194,52 @@ def test_fault_proxy_answers_real_dynamodb_throttling_errors(dynamodb_endpoint: 
         assert proxy.injected() == 1
         proxy.set_faults(Faults())
         assert asyncio.run(_get_item_through(proxy.url)) == "ok"
+
+
+async def _put_then_update_through(url: str, table: str) -> str:
+    async with aioboto3.Session().client(
+        "dynamodb",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+        config=AioConfig(retries={"total_max_attempts": 1}, read_timeout=1, connect_timeout=1),
+    ) as client:
+        try:
+            await client.update_item(
+                TableName=table,
+                Key={"connection_id": {"S": "c-lost"}},
+                UpdateExpression="SET lease_owner = :me ADD lease_epoch :one",
+                ExpressionAttributeValues={":me": {"S": "w1"}, ":one": {"N": "1"}},
+            )
+        except Exception as error:  # noqa: BLE001 - the kind of failure is the point
+            return type(error).__name__
+        return "ok"
+
+
+@pytest.mark.parametrize("how", ["drop", "delay"])
+async def test_fault_proxy_applies_a_request_and_loses_its_reply(
+    ddb: Any, table: str, dynamodb_endpoint: str, how: str
+) -> None:
+    port = int(dynamodb_endpoint.rsplit(":", 1)[1])
+    proxy = FaultProxyThread("127.0.0.1", port)
+    with proxy:
+        proxy.set_faults(Faults(lose_claim_rate=1.0, lose_how=how, lose_delay=3.0))
+        outcome = await _put_then_update_through(proxy.url, table)
+        assert outcome != "ok"  # the client saw a reset or its read timeout ...
+        item = await ddb.get_item(TableName=table, Key={"connection_id": {"S": "c-lost"}}, ConsistentRead=True)
+        assert item["Item"]["lease_epoch"]["N"] == "1"  # ... yet DynamoDB applied the claim once
+        assert proxy.lost() == {"drop": int(how == "drop"), "delay": int(how == "delay"), "claims": 1}
+        proxy.set_faults(Faults())
+        assert await _put_then_update_through(proxy.url, table) == "ok"
+
+
+def test_only_claims_meet_the_claim_rate() -> None:
+    claim = b'POST / HTTP/1.1\r\nX-Amz-Target: DynamoDB_20120810.UpdateItem\r\n\r\n{"UpdateExpression": "SET lease_owner = :me ADD lease_epoch :one"}'
+    renew = b'POST / HTTP/1.1\r\nX-Amz-Target: DynamoDB_20120810.UpdateItem\r\n\r\n{"UpdateExpression": "SET hb = :hb"}'
+    faults = Faults(lose_rate=0.1, lose_claim_rate=0.8)
+    assert is_claim_request(claim) and not is_claim_request(renew)
+    assert faults.lose_chance(claim) == 0.8 and faults.lose_chance(renew) == 0.1
 
 
 def test_verdict_counts_stale_arrivals_and_names_s1() -> None:

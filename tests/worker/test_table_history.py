@@ -63,3 +63,64 @@ async def test_a_late_write_covered_at_once_is_still_in_the_history(
     assert checkpoint_regressions(writes) == [
         "S3 c-01: last_seq written back from 9 to 6 (item at epoch 1, w1)"
     ]
+
+
+def _held(cid: str, seq: int, epoch: int, owner: str | None) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "connection_id": {"S": cid},
+        "lease_epoch": {"N": str(epoch)},
+        "last_seq": {"N": str(seq)},
+    }
+    if owner is not None:
+        item["lease_owner"] = {"S": owner}
+    return item
+
+
+def _ckpt_of(worker: str, entries: dict[str, tuple[int, int]]) -> dict[str, Any]:
+    return {"connection_id": {"S": f"worker#{worker}#ckpt"}, **{k: v for k, v in _ckpt(entries).items() if k != "connection_id"}}
+
+
+def _history(*images: dict[str, Any]) -> list[dict[str, Any]]:
+    """Writes in order, each with the previous image of its key as OldImage."""
+    last: dict[str, dict[str, Any]] = {}
+    records: list[dict[str, Any]] = []
+    for n, image in enumerate(images, 1):
+        key = image["connection_id"]["S"]
+        record = {"SequenceNumber": str(n), "NewImage": image}
+        if key in last:
+            record["OldImage"] = last[key]
+        last[key] = image
+        records.append(record)
+    return records
+
+
+def test_an_effective_checkpoint_lost_across_a_takeover_is_a_violation() -> None:
+    """w1 holds c-01 at epoch 5 (claimed at last_seq 10) and checkpoints 40 into its entry. A
+    takeover that resumes from the item's 10 instead of 40 moves the effective checkpoint back,
+    though no single attribute moved back; one that writes max(10, 40) does not."""
+    before = (_held("c-01", 10, 5, "w1"), _ckpt_of("w1", {"c-01": (5, 40)}))
+    lost = _history(*before, _held("c-01", 10, 6, "w2"))
+    kept = _history(*before, _held("c-01", 40, 6, "w2"))
+    assert checkpoint_regressions(lost) == [
+        "S3 c-01: effective checkpoint moved back from 40 to 10 across an owner change "
+        "(w1 at epoch 5 -> w2 at epoch 6)"
+    ]
+    assert checkpoint_regressions(kept) == []
+    released = _history(*before, _held("c-01", 38, 5, None))  # a release below the entry
+    assert checkpoint_regressions(released) == [
+        "S3 c-01: effective checkpoint moved back from 40 to 38 across an owner change "
+        "(w1 at epoch 5 -> nobody at epoch 5)"
+    ]
+
+
+def test_an_entry_dropped_while_its_item_still_names_the_worker_is_a_violation() -> None:
+    held = (_held("c-01", 10, 5, "w1"), _ckpt_of("w1", {"c-01": (5, 40), "c-02": (3, 7)}))
+    dropped = _history(*held, _ckpt_of("w1", {"c-02": (3, 8)}))
+    assert checkpoint_regressions(dropped) == [
+        "S3 c-01: w1's checkpoint entry at epoch 5 (seq 40) dropped while the item still names w1 at that epoch"
+    ]
+    # Dropped after the release landed (the item no longer names w1): the protocol's order.
+    after_release = _history(*held, _held("c-01", 40, 5, None), _ckpt_of("w1", {"c-02": (3, 8)}))
+    assert checkpoint_regressions(after_release) == []
+    # c-02 has no connection item here: nothing names w1, so its drop is not judged.
+    assert checkpoint_regressions(_history(*held, _ckpt_of("w1", {"c-01": (5, 41)}))) == []

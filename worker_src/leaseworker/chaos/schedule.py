@@ -180,7 +180,7 @@ def _draw(rng: random.Random, kind: str, at: float, mode: str, timings: Timings)
         # Requests applied, replies lost (a reset, or a delay past the client's deadline), while
         # the proxied worker claims: the rest of a peer's connections after its death.
         params = {
-            "rate": round(rng.uniform(0.1, 0.3), 2),
+            "rate": round(rng.uniform(0.0, 0.1), 2),  # any request; higher starves the claims of their reads
             "claim_rate": round(rng.uniform(0.5, 0.9), 2),
             "how": rng.choice(LOST_REPLY_HOWS),
             "delay_s": round(lease * 2.0, 2),
