@@ -99,13 +99,16 @@ def test_unsafe_switches_move_both_deadlines_and_the_checkpoint_condition(
     assert "UNSAFE TEST-ONLY SWITCH ACTIVE" in caplog.text
 
 
+RESUME_SEQ = "resume_seq"  # imported into worker.peers, where the takeover-resume switch patches it
+
+
 @pytest.fixture
 def restore_issue20_targets() -> Iterator[None]:
     saved = [
         (Acquirer, "_resolve", Acquirer.__dict__["_resolve"]),
         (Audit, "round", Audit.__dict__["round"]),
         (Checkpointer, "round", Checkpointer.__dict__["round"]),
-        (peers, "resume_seq", peers.resume_seq),
+        (peers, RESUME_SEQ, getattr(peers, RESUME_SEQ)),
     ]
     yield
     for owner, name, value in saved:
@@ -115,7 +118,7 @@ def restore_issue20_targets() -> Iterator[None]:
 @pytest.mark.usefixtures("restore_issue20_targets")
 async def test_issue20_switches_break_exactly_what_they_name() -> None:
     resolve, audit_round, checkpoint_round = Acquirer._resolve, Audit.round, Checkpointer.round
-    assert peers.resume_seq({"c": (4, 90)}, "c", 4) == 90
+    assert getattr(peers, RESUME_SEQ)({"c": (4, 90)}, "c", 4) == 90
     env = {
         unsafe.DISABLE_VAR: f"{unsafe.LOST_CLAIM},{unsafe.TAKEOVER_RESUME},{unsafe.RELEASING_ENTRY}",
         unsafe.CONFIRM_VAR: "yes",
@@ -128,7 +131,7 @@ async def test_issue20_switches_break_exactly_what_they_name() -> None:
     assert Acquirer._resolve is not resolve and Audit.round is not audit_round
     assert await Acquirer._resolve(object(), object()) is None  # type: ignore[arg-type]
     assert await Audit.round(object()) == 0  # type: ignore[arg-type]
-    assert peers.resume_seq({"c": (4, 90)}, "c", 4) == -1  # the dead holder's entry ignored
+    assert getattr(peers, RESUME_SEQ)({"c": (4, 90)}, "c", 4) == -1  # the dead holder's entry ignored
     assert Checkpointer.round is not checkpoint_round
 
 
@@ -156,9 +159,9 @@ def test_verdict_names_a_stranded_connection_with_its_owner_and_duration() -> No
 
     row = judged(readings)
     assert not row.ok
-    assert row.detail == [
-        "c: STARTED, held by live w1 at epoch 5, no subscriber for 19.8 s from 0 ms"
-    ], "the epoch-4 subscriber does not serve epoch 5; the epoch-5 one at 20 s ends it"
+    assert row.detail == ["c: STARTED, held by live w1 at epoch 5, no subscriber for 19.8 s from 0 ms"], (
+        "the epoch-4 subscriber does not serve epoch 5; the epoch-5 one at 20 s ends it"
+    )
     silent = [reading(t, 0) for t in range(0, 25_000, 250)]  # w1's hb never moves: dead to peers
     assert judged(silent).ok
     fenced = [reading(t, t // 1000, fenced=True) for t in range(0, 25_000, 250)]
@@ -212,7 +215,7 @@ async def _put_then_update_through(url: str, table: str) -> str:
                 UpdateExpression="SET lease_owner = :me ADD lease_epoch :one",
                 ExpressionAttributeValues={":me": {"S": "w1"}, ":one": {"N": "1"}},
             )
-        except Exception as error:  # noqa: BLE001 - the kind of failure is the point
+        except Exception as error:
             return type(error).__name__
         return "ok"
 
@@ -227,7 +230,9 @@ async def test_fault_proxy_applies_a_request_and_loses_its_reply(
         proxy.set_faults(Faults(lose_claim_rate=1.0, lose_how=how, lose_delay=3.0))
         outcome = await _put_then_update_through(proxy.url, table)
         assert outcome != "ok"  # the client saw a reset or its read timeout ...
-        item = await ddb.get_item(TableName=table, Key={"connection_id": {"S": "c-lost"}}, ConsistentRead=True)
+        item = await ddb.get_item(
+            TableName=table, Key={"connection_id": {"S": "c-lost"}}, ConsistentRead=True
+        )
         assert item["Item"]["lease_epoch"]["N"] == "1"  # ... yet DynamoDB applied the claim once
         assert proxy.lost() == {"drop": int(how == "drop"), "delay": int(how == "delay"), "claims": 1}
         proxy.set_faults(Faults())
@@ -235,8 +240,9 @@ async def test_fault_proxy_applies_a_request_and_loses_its_reply(
 
 
 def test_only_claims_meet_the_claim_rate() -> None:
-    claim = b'POST / HTTP/1.1\r\nX-Amz-Target: DynamoDB_20120810.UpdateItem\r\n\r\n{"UpdateExpression": "SET lease_owner = :me ADD lease_epoch :one"}'
-    renew = b'POST / HTTP/1.1\r\nX-Amz-Target: DynamoDB_20120810.UpdateItem\r\n\r\n{"UpdateExpression": "SET hb = :hb"}'
+    head = b"POST / HTTP/1.1\r\nX-Amz-Target: DynamoDB_20120810.UpdateItem\r\n\r\n"
+    claim = head + b'{"UpdateExpression": "SET lease_owner = :me ADD lease_epoch :one"}'
+    renew = head + b'{"UpdateExpression": "SET hb = :hb"}'
     faults = Faults(lose_rate=0.1, lose_claim_rate=0.8)
     assert is_claim_request(claim) and not is_claim_request(renew)
     assert faults.lose_chance(claim) == 0.8 and faults.lose_chance(renew) == 0.1

@@ -77,7 +77,10 @@ def _held(cid: str, seq: int, epoch: int, owner: str | None) -> dict[str, Any]:
 
 
 def _ckpt_of(worker: str, entries: dict[str, tuple[int, int]]) -> dict[str, Any]:
-    return {"connection_id": {"S": f"worker#{worker}#ckpt"}, **{k: v for k, v in _ckpt(entries).items() if k != "connection_id"}}
+    return {
+        "connection_id": {"S": f"worker#{worker}#ckpt"},
+        **{k: v for k, v in _ckpt(entries).items() if k != "connection_id"},
+    }
 
 
 def _history(*images: dict[str, Any]) -> list[dict[str, Any]]:
@@ -117,7 +120,8 @@ def test_an_entry_dropped_while_its_item_still_names_the_worker_is_a_violation()
     held = (_held("c-01", 10, 5, "w1"), _ckpt_of("w1", {"c-01": (5, 40), "c-02": (3, 7)}))
     dropped = _history(*held, _ckpt_of("w1", {"c-02": (3, 8)}))
     assert checkpoint_regressions(dropped) == [
-        "S3 c-01: w1's checkpoint entry at epoch 5 (seq 40) dropped while the item still names w1 at that epoch"
+        "S3 c-01: w1's checkpoint entry at epoch 5 (seq 40) dropped "
+        "while the item still names w1 at that epoch"
     ]
     # Dropped after the release landed (the item no longer names w1): the protocol's order.
     after_release = _history(*held, _held("c-01", 40, 5, None), _ckpt_of("w1", {"c-02": (3, 8)}))

@@ -258,7 +258,15 @@ class DynamoLostReply(Base):
         at = int(chaos.fleet.signal_child(worker, signal.SIGKILL) * 1000)
         note = f"claimed under lost replies by {chaos.proxied()}"
         chaos.measures.append(
-            Measure("ddb_lost_reply sigkill child", "", at, worker, held, expect_exit=128 + signal.SIGKILL, note=note)
+            Measure(
+                "ddb_lost_reply sigkill child",
+                "",
+                at,
+                worker,
+                held,
+                expect_exit=128 + signal.SIGKILL,
+                note=note,
+            )
         )
 
     def stop(self, chaos: Chaos) -> None:

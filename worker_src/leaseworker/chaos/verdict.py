@@ -257,7 +257,9 @@ def find_stranded(ev: Evidence, bound_s: float) -> tuple[list[Stranded], float]:
 def _stranded_row(ev: Evidence) -> Row:
     found, worst = find_stranded(ev, ev.l1_bound_s)
     figure = f"{len(found)} stranded (longest unserved {worst:.2f} s)"
-    return Row("L1 no stranding", not found, figure, f"<= {ev.l1_bound_s:.2f} s", [s.describe() for s in found])
+    return Row(
+        "L1 no stranding", not found, figure, f"<= {ev.l1_bound_s:.2f} s", [s.describe() for s in found]
+    )
 
 
 def _new_epochs(events: list[dict[str, Any]]) -> dict[str, list[tuple[int, int]]]:
