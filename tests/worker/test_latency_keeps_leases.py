@@ -25,6 +25,7 @@ from types_aiobotocore_dynamodb import DynamoDBClient
 
 from leaseworker.feed.server import FeedServer
 from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.lease.store import Acquired, LeaseStore, Renewed, Stopped
 from leaseworker.local.proxy import TcpProxy
 from leaseworker.observability.metrics import MetricName
 from leaseworker.settings import LeaseMode, Settings
@@ -123,3 +124,34 @@ async def test_a_slow_but_timely_dynamodb_moves_no_lease(
     assert totals.get(MetricName.LeasesLost, 0) == 0, totals
     long_gaps = {cid: ms for cid, ms in gaps.items() if ms > MAX_GAP_MS}
     assert not long_gaps, f"connections without a subscriber for too long (ms): {long_gaps}"
+
+
+async def test_a_late_older_renewal_never_moves_the_expiry_back(
+    ddb: DynamoDBClient, table: str, settings: Settings
+) -> None:
+    """Renewals are pipelined, so they may land out of order: one that would write an earlier
+    expiry than the item has is refused by its condition and counts as renewed (the item still
+    expires no sooner than it would have made it); a stopped connection is still `Stopped`."""
+    await LeaseTableAdmin(ddb, table).add("c1", "ws://127.0.0.1:9/feeds/c1")
+    store = LeaseStore(ddb, settings)
+    acquired = await store.acquire("c1", "w1")
+    assert isinstance(acquired, Acquired), acquired
+    lease = acquired.lease
+    newer = time.time_ns() // 1_000_000 + 60_000  # as if a renewal sent later had landed first
+    key = {"connection_id": {"S": "c1"}}
+    await ddb.update_item(
+        TableName=table,
+        Key=key,
+        UpdateExpression="SET lease_expires_at_ms = :e",
+        ExpressionAttributeValues={":e": {"N": str(newer)}},
+    )
+    assert isinstance(await store.renew(lease, timeout=2.0), Renewed)
+    item = (await ddb.get_item(TableName=table, Key=key, ConsistentRead=True))["Item"]
+    assert int(item["lease_expires_at_ms"]["N"]) == newer
+    await ddb.update_item(
+        TableName=table,
+        Key=key,
+        UpdateExpression="SET desired_state = :s",
+        ExpressionAttributeValues={":s": {"S": "STOPPED"}},
+    )
+    assert isinstance(await store.renew(lease, timeout=2.0), Stopped)
