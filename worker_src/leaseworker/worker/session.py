@@ -50,6 +50,7 @@ from leaseworker.worker.references import NoReferences, References
 
 logger = get_logger(__name__)
 
+_CURSOR_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 MAX_FAILURES_AT_POSITION = 5  # failures with no delivery in between before the connection is failed
 MAX_CONSECUTIVE_CRASHES = MAX_FAILURES_AT_POSITION  # crashes count among them
 
@@ -213,7 +214,9 @@ class ConnectionSession:
         self.batch_cursors.append(cursor_text)
 
     def _checkpoint_text(self, checkpoint: Any) -> str | None:
-        text = json.dumps(checkpoint, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        # An integer cursor (Jetstream time_us, a trade id) is the common case: no encoder needed
+        # (P8 measured json.dumps with options at about 7 µs a record, most of generic/1's extra cost).
+        text = str(checkpoint) if type(checkpoint) is int else _CURSOR_ENCODER.encode(checkpoint)
         if len(text.encode("utf-8", "surrogatepass")) <= MAX_CURSOR_BYTES:
             return text
         if self.protocol is None or self.protocol.resumable:
