@@ -7,6 +7,9 @@ Alpaca key id (`{{env:ALPACA_KEY}}`), also distinctive, and the local replays ex
 those values. Three connections are added with the CLI (`connections add --preset`):
 - `alp-1`: alpaca, key from the environment, secret from Secrets Manager: authenticates;
 - `ha-1`: home-assistant, token from Secrets Manager: authenticates;
+- `ha-url`: the home-assistant preset's config with the token ALSO in the URL's query
+  (`?access_token={{secret:…}}`), added with `--config` (a preset's `url` takes no template):
+  the worker logs the URL it subscribed to, which must show the query value redacted;
 - `alp-bad`: alpaca whose secret reference names a secret holding a WRONG (also distinctive)
   value: the replay refuses it (402 "auth failed"), so the auth-refusal path runs: last_error,
   warnings in the logs, the secret invalidated and re-read.
@@ -51,6 +54,7 @@ from leaseworker.local.services import (
     start_dynamodb_local,
     start_moto_server,
 )
+from leaseworker.protocol.presets import expand
 from tests.system.feeds_fleet import FeedsFleet, wait_until
 
 # Distinctive values. Each has a core (`7f1c9e…`) found nowhere else: not in a secret's name,
@@ -67,8 +71,8 @@ VALUES = {
     "wrong alpaca secret (Secrets Manager)": (WRONG_SECRET, "d15ea5e8"),
 }
 
-GOOD_ALPACA, HOME, BAD_ALPACA = "alp-1", "ha-1", "alp-bad"
-VIEWS_OF = (GOOD_ALPACA, HOME, BAD_ALPACA)
+GOOD_ALPACA, HOME, BAD_ALPACA, HOME_URL = "alp-1", "ha-1", "alp-bad", "ha-url"
+VIEWS_OF = (GOOD_ALPACA, HOME, BAD_ALPACA, HOME_URL)
 FLOW_S = 4.0  # data flows this long once both good feeds deliver
 
 
@@ -265,6 +269,12 @@ def test_secret_values_never_leak(fleet: FeedsFleet, servers: Servers, mode: str
          "--param", f"secret={{{{secret:{wrong_name}#secret}}}}", "--param", "symbols=TSLA",
          "--param", f"url={alpaca.url}"),
     )  # fmt: skip
+    # The token in the URL's query too: a generic/1 file, the preset's config with its URL changed.
+    config = expand("home-assistant", {"url": home.url, "token": f"{{{{secret:{ha_name}#token}}}}"})
+    config["connect"]["url"] = f"{home.url}?v=1&access_token={{{{secret:{ha_name}#token}}}}"
+    config_file = fleet.root / "ha-url.json"
+    config_file.write_text(json.dumps(config))
+    cli(*add, HOME_URL, "--config", str(config_file))
 
     worker_env = {
         "ALPACA_KEY": ALPACA_KEY,
@@ -275,7 +285,7 @@ def test_secret_values_never_leak(fleet: FeedsFleet, servers: Servers, mode: str
     workers = [fleet.start_worker(name, worker_env) for name in ("w1", "w2")]
 
     wait_until(
-        lambda: data_from(fleet, GOOD_ALPACA) >= 10 and data_from(fleet, HOME) >= 10,
+        lambda: all(data_from(fleet, cid) >= 10 for cid in (GOOD_ALPACA, HOME, HOME_URL)),
         30,
         "both good feeds to authenticate and deliver",
     )
@@ -287,8 +297,8 @@ def test_secret_values_never_leak(fleet: FeedsFleet, servers: Servers, mode: str
     time.sleep(FLOW_S)
 
     # `list`, `list --json`, `show` and `show --json` of each, while the workers run.
-    views = ["list", "list --json", *(f"show {c}" for c in (GOOD_ALPACA, HOME, BAD_ALPACA))]
-    views += [f"show {c} --json" for c in (GOOD_ALPACA, HOME, BAD_ALPACA)]
+    views = ["list", "list --json", *(f"show {c}" for c in VIEWS_OF)]
+    views += [f"show {c} --json" for c in VIEWS_OF]
     shown = cli.parallel(*(("connections", *v.split()) for v in views))
 
     for worker in workers:
@@ -305,10 +315,19 @@ def test_secret_values_never_leak(fleet: FeedsFleet, servers: Servers, mode: str
         len(data[GOOD_ALPACA])
     )
     assert len(data[HOME]) >= 10 and all(r["data"]["event_type"] == "state_changed" for r in data[HOME])
+    assert len(data[HOME_URL]) >= 10, len(data[HOME_URL])
     assert not data[BAD_ALPACA], data[BAD_ALPACA][:2]
     assert "auth failed" in str(bad_item.get("last_error")), bad_item
     logs = {path.name: path.read_text(errors="replace") for path in sorted(fleet.logs.glob("*.log"))}
     assert any("auth failed" in text for text in logs.values()), "the refusal never reached a log"
+    subscribed_urls = [
+        str(json.loads(line).get("url"))
+        for text in logs.values()
+        for line in text.splitlines()
+        if '"subscribed"' in line and HOME_URL in line
+    ]
+    assert subscribed_urls, "no `subscribed` line of ha-url (the URL's log line)"
+    assert all("access_token=" in str(url) for url in subscribed_urls), subscribed_urls
     emf = [
         line
         for text in logs.values()
@@ -331,7 +350,8 @@ def test_secret_values_never_leak(fleet: FeedsFleet, servers: Servers, mode: str
     for path in sorted(fleet.sink_dir.glob("*.jsonl")):
         found += scan(f"sink file {path.name}", path.read_text(errors="replace"))
     for run in cli.runs:
-        command = " ".join(run.argv[3:5] + run.argv[5:6])
+        args = run.argv[3:]
+        command = " ".join(args[:3] + (["--json"] if "--json" in args else []))
         found += scan(f"CLI `{command}` stdout", run.out)
         found += scan(f"CLI `{command}` stderr", run.err)
     table_dump, item_count = scan_table(client("dynamodb", servers.dynamodb.url))
@@ -359,7 +379,8 @@ def test_secret_values_never_leak(fleet: FeedsFleet, servers: Servers, mode: str
     elapsed = time.monotonic() - started
     print(
         f"\nsecrets-never-leak {mode}: {elapsed:.1f} s; data alp-1 {len(data[GOOD_ALPACA])}, "
-        f"ha-1 {len(data[HOME])}; {len(emf)} EMF lines; {len(cli.runs)} CLI calls; "
+        f"ha-1 {len(data[HOME])}, ha-url {len(data[HOME_URL])}; urls logged {sorted(set(subscribed_urls))}; "
+        f"{len(emf)} EMF lines; {len(cli.runs)} CLI calls; "
         f"{item_count} table items; last_error {bad_item.get('last_error')!r}; "
         f"failures {bad_item.get('failures')}; desired_state {bad_item.get('desired_state')}"
     )
