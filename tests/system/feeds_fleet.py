@@ -259,6 +259,11 @@ class FeedsFleet:
         with contextlib.suppress(Exception):
             self.sqs.delete_queue(QueueUrl=self.queue_url)
 
+    def save_ledger(self, name: str, entries: Sequence[Entry]) -> None:
+        with (self.root / f"ledger-{name}.jsonl").open("w") as out:
+            for e in entries:
+                out.write(json.dumps([e.kind, e.t_ms, e.conn, e.key, e.cursor, e.message, e.code]) + "\n")
+
     # -- connections
 
     def add_preset(self, connection_id: str, preset: str, params: dict[str, str]) -> dict[str, Any]:
@@ -465,8 +470,9 @@ def check_not_replayable(
     """A feed that cannot replay (Coinbase, keyed by product, trade ids consecutive per product):
 
     - per socket: every trade the upstream sent on a socket, up to the last trade of its product
-      delivered from that socket, is delivered (each delivered message is traced to the socket
-      that sent it by its whole content, `time` included);
+      delivered from that socket, is delivered (the records between two socket markers are
+      traced to the one socket that was sent all of them, by their whole content, `time`
+      included);
     - nothing is delivered that no socket was sent;
     - every trade id missing from the sink (per product, between its first and last delivered)
       lies inside a gap marker placed before the next trade of the product in arrival order:
@@ -483,18 +489,33 @@ def check_not_replayable(
         if entry.kind == "data":
             sent_by[_message_key(entry.message)].append(entry.conn)
             per_socket[(entry.conn, str(entry.key))].append(int(entry.cursor))
+    opened = {e.conn: e.t_ms for e in ledger if e.kind == "open"}
     delivered: dict[str, set[int]] = defaultdict(set)
     last_from: dict[tuple[int, str], int] = {}
-    for record in mine:
-        if record["kind"] != "data":
+    for run in socket_runs(mine):
+        candidates: set[int] | None = None
+        for record in run:
+            product, trade = str(record["key"]), int(record["cursor"])
+            delivered[product].add(trade)
+            sockets = set(sent_by.get(_message_key(record["data"]), ()))
+            if not sockets:
+                violations.append(f"not-replayable {cid}: delivered but never sent: {product} {trade}")
+                continue
+            candidates = sockets if candidates is None else candidates & sockets
+        if not candidates:
+            if candidates is not None:
+                violations.append(
+                    f"not-replayable {cid}: the run from epoch {run[0]['epoch']} seq {run[0]['seq']} "
+                    "mixes messages that no one socket was sent"
+                )
             continue
-        product, trade = str(record["key"]), int(record["cursor"])
-        delivered[product].add(trade)
-        sockets = sent_by.get(_message_key(record["data"]))
-        if not sockets:
-            violations.append(f"not-replayable {cid}: delivered but never sent: {product} {trade}")
-            continue
-        for conn in sockets:
+        # One message sent to two sockets in the same millisecond (a paused owner's socket is
+        # still open upstream while its successor subscribes) has the same content on both: the
+        # run is the latest of them opened before the run's first record arrived.
+        first_ms = int(run[0]["received_at_ms"])
+        conn = max(candidates, key=lambda c: (opened.get(c, 0) <= first_ms, opened.get(c, 0)))
+        for record in run:
+            product, trade = str(record["key"]), int(record["cursor"])
             last_from[(conn, product)] = max(trade, last_from.get((conn, product), trade))
     for (conn, product), last in sorted(last_from.items()):
         unsent = [t for t in per_socket[(conn, product)] if t <= last and t not in delivered[product]]
@@ -528,6 +549,27 @@ def check_not_replayable(
             last_of[product] = trade
             markers_since[product] = []
     return violations
+
+
+def socket_runs(records: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The data records of a feed that cannot replay, cut into one run per socket: a socket's
+    records start after its marker of the whole connection (connect, takeover, reconnect, idle:
+    DESIGN.md §4.3), and never span two epochs."""
+    runs: list[list[dict[str, Any]]] = []
+    current: list[dict[str, Any]] = []
+    epoch: Any = None
+    for record in records:
+        starts = record["kind"] == "gap" and record["data"].get("key") is None
+        if starts or record["epoch"] != epoch:
+            if current:
+                runs.append(current)
+            current = []
+            epoch = record["epoch"]
+        if record["kind"] == "data":
+            current.append(record)
+    if current:
+        runs.append(current)
+    return runs
 
 
 def _covers(

@@ -155,6 +155,8 @@ def test_real_feeds_across_a_fault(fleet: FeedsFleet, mode: str, fault: str) -> 
     fleet.replays.stop()  # the ledgers are complete
     js_ledger = fleet.replays.ledger("jetstream")
     cb_ledger = fleet.replays.ledger("coinbase-exchange")
+    fleet.save_ledger("jetstream", js_ledger)  # beside the sink and logs, for a failure's evidence
+    fleet.save_ledger("coinbase-exchange", cb_ledger)
 
     # The tailer saw every line of every sink file.
     on_disk = sum(len(p.read_text().splitlines()) for p in fleet.sink_dir.glob("*.jsonl"))
