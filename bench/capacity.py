@@ -23,7 +23,7 @@ from typing import Any
 from leaseworker.lease.admin import LeaseTableAdmin
 
 TABLE_KEY = ("connection_id",)
-# (index, partition key, sort key or None); both are KEYS_ONLY (DESIGN.md §2).
+# (index, partition key, sort key or None); both are KEYS_ONLY (docs/design.md §2).
 INDEXES: tuple[tuple[str, str, str | None], ...] = (
     ("by-state-expiry", "desired_state", "lease_expires_at_ms"),
     ("by-owner", "lease_owner", None),

@@ -21,8 +21,8 @@ class Design:
     reconcile: float = 5.0
     checkpoint: float = 5.0
     skew_ms: int = 1000
-    sqs: bool = True  # SQS hints on handoff (DESIGN.md §6)
-    supervised: bool = False  # kill the worker child, which its supervisor sees (DESIGN.md §2e)
+    sqs: bool = True  # SQS hints on handoff (docs/design.md §6)
+    supervised: bool = False  # kill the worker child, which its supervisor sees (docs/design.md §2e)
     scale: float | None = None  # a fixed time scale for this design (None: the run's)
     available: bool = True
     note: str = ""
@@ -47,7 +47,7 @@ SEED = Design(
     sqs=False,
     note="the seed's parameters: lease 20, heartbeat 5, reconcile 60, no skew, no hints",
 )
-CONNECTION = Design("connection", "connection", note="connection mode, our defaults (DESIGN.md §7)")
+CONNECTION = Design("connection", "connection", note="connection mode, our defaults (docs/design.md §7)")
 SESSION = Design("session", "session", note="session mode, our defaults")
 # Every design's `leaseworker run` is the supervisor; the others' kills are of the whole process
 # group (a host-like death: the lease path). This one kills the worker child alone, an OOM-like

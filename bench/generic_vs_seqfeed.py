@@ -5,7 +5,7 @@ through the real session path (worker/session.py ConnectionSession + worker/sock
 session performs the protocol's Sans-I/O actions). Only the protocol differs:
 
 - seqfeed/1: the subscribe frame, then `{"type":"data","seq":n,"data":PAYLOAD}`;
-- generic/1 (DESIGN.md §4.2), as a Jetstream-like feed: `{"type":"data","payload":PAYLOAD}` with
+- generic/1 (docs/design.md §4.2), as a Jetstream-like feed: `{"type":"data","payload":PAYLOAD}` with
   `frames.unwrap = /payload`, `cursor.path = /time_us`, `order = monotonic`, resume in the URL,
   and a classify rule ignoring `{"type":"heartbeat"}` (one heartbeat frame per
   HEARTBEAT_EVERY data frames, so the rule both matches and misses).

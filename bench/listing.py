@@ -16,7 +16,7 @@ from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.local.fleet import TABLE
 from leaseworker.local.services import local_dynamodb, start_dynamodb_local
 
-HELD = str(2**53 - 1)  # the session marker in lease_expires_at_ms (DESIGN.md §2b)
+HELD = str(2**53 - 1)  # the session marker in lease_expires_at_ms (docs/design.md §2b)
 
 
 def connection_item(index: int, owner: str) -> dict[str, Any]:

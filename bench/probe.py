@@ -50,7 +50,7 @@ def rss_bytes(pid: int) -> int:
 
 
 def worker_child(supervisor_pid: int) -> int:
-    """The worker process under `leaseworker run`'s supervisor (DESIGN.md §2e), or the pid itself
+    """The worker process under `leaseworker run`'s supervisor (docs/design.md §2e), or the pid itself
     when it has no child (an unsupervised worker)."""
     children = child_pids(supervisor_pid)
     return children[0] if children else supervisor_pid

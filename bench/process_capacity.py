@@ -1,6 +1,6 @@
 """P5: what one worker process holds: connections, messages/s per core, RSS per connection.
 
-One worker (`leaseworker run`: a supervisor and its worker child, DESIGN.md §2e) on a local fleet
+One worker (`leaseworker run`: a supervisor and its worker child, docs/design.md §2e) on a local fleet
 is ramped through the config's steps of connections on the local feed, each at `rate` msg/s. At
 each step, once every connection is subscribed and a settle time has passed, a steady window
 measures, from /proc: the worker child's CPU seconds (utime + stime) and RSS, the supervisor's

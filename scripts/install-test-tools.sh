@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Test tools from Debian packages: libfaketime for the clock-offset system test (DESIGN.md §10).
+# Test tools from Debian packages: libfaketime for the clock-offset system test (docs/design.md §10).
 # Idempotent and quiet. Never fails the build: without apt (or without root, or offline) it says
 # so in one line and the test that needs the tool skips with its own one-line reason.
 set -uo pipefail

@@ -54,7 +54,7 @@ FARGATE_TASK_SIZES: Mapping[int, tuple[int, ...]] = {
 # The VPC spans this many availability zones; natGateways may not exceed it.
 VPC_MAX_AZS = 2
 
-# The lease modes this worker version runs. `leaseMode` parses both values of DESIGN.md §7,
+# The lease modes this worker version runs. `leaseMode` parses both values of docs/design.md §7,
 # but synth refuses a mode the worker cannot run (it would deploy a crash-looping service).
 # Enabling session mode is this one line: ("connection", "session").
 SUPPORTED_LEASE_MODES: tuple[LeaseMode, ...] = ("connection", "session")
@@ -63,14 +63,14 @@ SUPPORTED_LEASE_MODES: tuple[LeaseMode, ...] = ("connection", "session")
 # tests/infra keeps the two equal).
 SESSION_MAX_CONNECTIONS_PER_TASK = 1117
 
-# DESIGN.md §2a: in connection mode every renewal rewrites the by-state-expiry sort key, and
+# docs/design.md §2a: in connection mode every renewal rewrites the by-state-expiry sort key, and
 # all STARTED items share one index partition key. One partition takes about 1,000 writes/s
 # and a renewal costs about 2 index writes, so the fleet can hold about
 # 500 x HEARTBEAT_SECONDS connections. Beyond that the index throttles, which throttles the
 # table's renewals and loses leases at scale: synth refuses, it does not merely warn.
 GSI_RENEWALS_PER_SECOND_CEILING = 500
 
-# OpenTelemetry sampling (DESIGN.md §7, §8): parent-based, with a trace-id ratio from context.
+# OpenTelemetry sampling (docs/design.md §7, §8): parent-based, with a trace-id ratio from context.
 TRACES_SAMPLER = "parentbased_traceidratio"
 
 # The account/region used when none is given: synth is deterministic and offline, and
@@ -78,7 +78,7 @@ TRACES_SAMPLER = "parentbased_traceidratio"
 DEFAULT_ACCOUNT = "123456789012"
 DEFAULT_REGION = "us-east-1"
 
-# Upstream secrets (DESIGN.md §4.2, §9): Secrets Manager's naming rules. A name is 1..512 of
+# Upstream secrets (docs/design.md §4.2, §9): Secrets Manager's naming rules. A name is 1..512 of
 # ASCII letters, digits and /_+=.@- ; a full ARN ends in the name, a hyphen and the six random
 # characters Secrets Manager appends (leaseworker.secrets parses references by the same rules).
 SECRET_NAME_PATTERN = re.compile(r"[A-Za-z0-9/_+=.@-]{1,512}")
@@ -107,7 +107,7 @@ class LeaseworkerConfig:
     stage: Stage = "dev"
     account: str = DEFAULT_ACCOUNT
     region: str = DEFAULT_REGION
-    # Lease protocol (DESIGN.md §2, §7), passed to the worker as environment variables.
+    # Lease protocol (docs/design.md §2, §7), passed to the worker as environment variables.
     lease_mode: LeaseMode = "session"
     lease_seconds: int = 20
     heartbeat_seconds: int = 5
@@ -162,7 +162,7 @@ class LeaseworkerConfig:
         return GSI_RENEWALS_PER_SECOND_CEILING * self.heartbeat_seconds
 
     def worker_environment(self) -> dict[str, str]:
-        """The config-derived part of the container environment (DESIGN.md §7).
+        """The config-derived part of the container environment (docs/design.md §7).
 
         The stack adds the resource-derived variables: TABLE_NAME, NOTIFY_QUEUE_URL, SINK.
         """
@@ -306,7 +306,7 @@ def _describe_sizes(sizes: tuple[int, ...]) -> str:
 
 
 def validate(config: LeaseworkerConfig) -> LeaseworkerConfig:
-    """The cross-field rules (DESIGN.md §7); each names the parameter that breaks it."""
+    """The cross-field rules (docs/design.md §7); each names the parameter that breaks it."""
     c = config
     _check(
         c.lease_mode in SUPPORTED_LEASE_MODES,
@@ -380,7 +380,7 @@ def validate(config: LeaseworkerConfig) -> LeaseworkerConfig:
             f"maxTasks x scaleTargetConnections = {c.max_tasks} x {c.scale_target_connections} = "
             f"{c.max_fleet_connections} connections exceeds the connection-mode index ceiling "
             f"{GSI_RENEWALS_PER_SECOND_CEILING} x heartbeatSeconds = {c.gsi_connection_ceiling} "
-            "(DESIGN.md §2a); lower maxTasks or scaleTargetConnections, or raise heartbeatSeconds",
+            "(docs/design.md §2a); lower maxTasks or scaleTargetConnections, or raise heartbeatSeconds",
         )
     for secret in c.upstream_secrets:
         arn = SECRET_ARN_PATTERN.fullmatch(secret)

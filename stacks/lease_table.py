@@ -1,4 +1,4 @@
-"""The lease table (DESIGN.md §2): one item per connection, plus worker session items."""
+"""The lease table (docs/design.md §2): one item per connection, plus worker session items."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ PARTITION_KEY = "connection_id"
 STATE_EXPIRY_INDEX = "by-state-expiry"
 STATE_EXPIRY_INDEX_PK = "desired_state"
 STATE_EXPIRY_INDEX_SK = "lease_expires_at_ms"
-# Sparse: only items with an owner are in it; a worker finds what it holds (DESIGN.md §2).
+# Sparse: only items with an owner are in it; a worker finds what it holds (docs/design.md §2).
 OWNER_INDEX = "by-owner"
 OWNER_INDEX_PK = "lease_owner"
 INDEXES: tuple[str, ...] = (STATE_EXPIRY_INDEX, OWNER_INDEX)
-# Epoch seconds on the workers' session and checkpoint items (DESIGN.md §2.0, §2b): DynamoDB
+# Epoch seconds on the workers' session and checkpoint items (docs/design.md §2.0, §2b): DynamoDB
 # deletes the items of workers gone for good. Connection items never carry it.
 TTL_ATTRIBUTE = "purge_at"
 
@@ -30,7 +30,7 @@ class LeaseTable(Construct):
     counts items (Select=COUNT). With KEYS_ONLY a write that changes no index key (a
     checkpoint, a failure note) is not replicated to the index, so each checkpoint costs
     1 WCU instead of 2. What remains, stated not hidden: every renewal rewrites the index
-    sort key (DESIGN.md §2a), and all STARTED items share one index partition.
+    sort key (docs/design.md §2a), and all STARTED items share one index partition.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, retain: bool) -> None:

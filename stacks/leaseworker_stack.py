@@ -36,7 +36,7 @@ TABLE_ITEM_ACTIONS: tuple[str, ...] = (
     "dynamodb:UpdateItem",
 )
 INDEX_ACTIONS: tuple[str, ...] = ("dynamodb:Query",)
-# Workers both notify peers and consume notifications (DESIGN.md §6): SendMessage,
+# Workers both notify peers and consume notifications (docs/design.md §6): SendMessage,
 # ReceiveMessage, DeleteMessageBatch (authorised by sqs:DeleteMessage). The queue uses SSE-SQS,
 # so no KMS permissions are needed.
 QUEUE_ACTIONS: tuple[str, ...] = (
@@ -44,7 +44,7 @@ QUEUE_ACTIONS: tuple[str, ...] = (
     "sqs:ReceiveMessage",
     "sqs:SendMessage",
 )
-# Upstream credentials for `{{secret:NAME#KEY}}` templates (DESIGN.md §4.2): only reading a
+# Upstream credentials for `{{secret:NAME#KEY}}` templates (docs/design.md §4.2): only reading a
 # value, only of the secrets context upstreamSecrets names. Not DescribeSecret (which
 # `ISecret.grant_read` would add): the worker never calls it.
 SECRET_ACTIONS: tuple[str, ...] = ("secretsmanager:GetSecretValue",)

@@ -1,4 +1,4 @@
-"""The worker's metric contract (DESIGN.md §8) as CloudWatch metric objects.
+"""The worker's metric contract (docs/design.md §8) as CloudWatch metric objects.
 
 The worker publishes with Powertools Metrics (EMF): the only dimension is the lowercase
 `service` key that Powertools adds from POWERTOOLS_SERVICE_NAME. Every CDK metric (scaling,
@@ -33,7 +33,7 @@ LEASES_REPAIRED = "LeasesRepaired"
 GAPS_MARKED = "GapsMarked"
 GAP_SECONDS = "GapSeconds"
 
-# Every metric name of DESIGN.md §8, in the order the dashboard shows them.
+# Every metric name of docs/design.md §8, in the order the dashboard shows them.
 ALL_METRICS: tuple[str, ...] = (
     ACTIVE_CONNECTIONS,
     LEASES_ACQUIRED,
@@ -71,7 +71,7 @@ def worker_metric(
 ) -> cloudwatch.Metric:
     """One of the worker's EMF metrics, aggregated over the whole fleet."""
     if name not in ALL_METRICS:
-        raise ValueError(f"{name!r} is not a worker metric (DESIGN.md §8)")
+        raise ValueError(f"{name!r} is not a worker metric (docs/design.md §8)")
     return cloudwatch.Metric(
         namespace=namespace,
         metric_name=name,

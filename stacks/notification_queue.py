@@ -1,4 +1,4 @@
-"""The notification queue (DESIGN.md §6): a fast path only, correctness never depends on it."""
+"""The notification queue (docs/design.md §6): a fast path only, correctness never depends on it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Alarms and the alarm topic over the worker's metrics (DESIGN.md §8, §9)."""
+"""Alarms and the alarm topic over the worker's metrics (docs/design.md §8, §9)."""
 
 from __future__ import annotations
 

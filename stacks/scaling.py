@@ -16,7 +16,7 @@ class WorkerScaling(Construct):
     so the Average over the fleet is total connections / tasks. This only converges because
     each worker caps its load at MAX_CONNECTIONS (the target is validated to be below it)
     and new tasks pick up orphans and rebalanced connections. Scale-in stops a task with
-    SIGTERM, which hands its leases over at once (DESIGN.md §2c L2).
+    SIGTERM, which hands its leases over at once (docs/design.md §2c L2).
     """
 
     def __init__(

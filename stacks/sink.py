@@ -1,4 +1,4 @@
-"""The durable sink (DESIGN.md §5): an on-demand Kinesis Data Stream."""
+"""The durable sink (docs/design.md §5): an on-demand Kinesis Data Stream."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ class KinesisSink(Construct):
         )
 
     def sink_spec(self) -> str:
-        """The worker's SINK value (DESIGN.md §5)."""
+        """The worker's SINK value (docs/design.md §5)."""
         return f"kinesis:{self.stream.stream_name}"
 
     def grant_produce(self, grantee: iam.IGrantable) -> iam.Grant:

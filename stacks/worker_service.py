@@ -95,7 +95,7 @@ def max_healthy_percent(min_tasks: int) -> int:
     100 + max(25, ceil(100 / minTasks)), capped at 200: with minTasks >= 4 a deployment
     replaces about a quarter of the fleet per batch; with minTasks = 1 (the default) the
     cap is 200 and a fleet scaled out beyond one task is replaced in one batch (each old
-    task still hands its leases over on SIGTERM, DESIGN.md §2c L2).
+    task still hands its leases over on SIGTERM, docs/design.md §2c L2).
     """
     return min(200, 100 + max(DEPLOYMENT_BATCH_PERCENT, math.ceil(100 / min_tasks)))
 

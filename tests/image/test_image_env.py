@@ -345,7 +345,7 @@ def test_the_worker_runs_from_the_image_env_and_stops_on_sigterm(
 def test_leaseworker_health_passes_for_the_running_worker_only(
     image_env: ImageEnv, dynamodb_endpoint: str, feed: str, tmp_path: Path
 ) -> None:
-    """The container health check (DESIGN.md §8) against the real worker: 0 while it runs, 1 after."""
+    """The container health check (docs/design.md §8) against the real worker: 0 while it runs, 1 after."""
     run = run_worker(image_env, dynamodb_endpoint, feed, tmp_path)
     assert run.code == 0, run.log[-3000:]
     assert run.health_after_exit.returncode == 1

@@ -1,6 +1,6 @@
 """Static check: everything the worker imports at run time is pinned in worker_src/requirements.txt.
 
-The image installs only that file plus the package with --no-deps (DESIGN.md §10), so a
+The image installs only that file plus the package with --no-deps (docs/design.md §10), so a
 third-party import outside `if TYPE_CHECKING:` that maps to any other distribution (type stubs,
 moto, pytest) crashes every task at start, while every test in the dev venv still passes.
 

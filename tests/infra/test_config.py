@@ -210,7 +210,7 @@ def test_every_parameter_has_a_bad_value_case() -> None:
         (
             {"leaseMode": "connection", "maxTasks": "4"},
             "invalid context maxTasks=4: maxTasks x scaleTargetConnections = 4 x 700 = 2800 connections "
-            "exceeds the connection-mode index ceiling 500 x heartbeatSeconds = 2500 (DESIGN.md §2a); "
+            "exceeds the connection-mode index ceiling 500 x heartbeatSeconds = 2500 (docs/design.md §2a); "
             "lower maxTasks or scaleTargetConnections, or raise heartbeatSeconds",
         ),
         ({"natGateways": "3"}, "invalid context natGateways=3: must be between 1 and 2"),

@@ -104,7 +104,7 @@ def test_bad_values_are_refused_in_one_line(raw: object, message: str) -> None:
 
 
 def test_what_synth_accepts_the_worker_resolves() -> None:
-    """The stack and the worker apply the same naming rules (DESIGN.md §7: synth ⊆ worker)."""
+    """The stack and the worker apply the same naming rules (docs/design.md §7: synth ⊆ worker)."""
     from leaseworker.secrets import parse_reference
 
     for secret in parse(upstreamSecrets=SECRETS).upstream_secrets:

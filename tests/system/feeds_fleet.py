@@ -359,7 +359,7 @@ def certainly_after(later: Arrival, earlier: Arrival) -> bool:
 
 
 def check_s1(arrivals: Sequence[Arrival]) -> list[str]:
-    """S1 (DESIGN.md §2c): no record of epoch e arrives after one of a higher epoch.
+    """S1 (docs/design.md §2c): no record of epoch e arrives after one of a higher epoch.
 
     Judged twice: in the tailer's arrival order (only what its reads prove), and on the one
     clock every process here shares (`received_at_ms`: everything of epoch e was received before
@@ -554,7 +554,7 @@ def check_not_replayable(
 def socket_runs(records: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """The data records of a feed that cannot replay, cut into one run per socket: a socket's
     records start after its marker of the whole connection (connect, takeover, reconnect, idle:
-    DESIGN.md §4.3), and never span two epochs."""
+    docs/design.md §4.3), and never span two epochs."""
     runs: list[list[dict[str, Any]]] = []
     current: list[dict[str, Any]] = []
     epoch: Any = None

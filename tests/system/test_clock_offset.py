@@ -7,7 +7,7 @@ OFFSET_S ahead, far beyond MAX_CLOCK_SKEW_MS (FAST timings: lease 3 s, skew 200 
   the session item, so the offset changes nothing: once the fair share has spread, no live
   connection moves for a steady window, and nothing stale reaches the sink.
 - Connection mode, the same run, is the negative control: the fast worker sees every healthy
-  lease as expired (its now − skew is past their expiry) and takes live leases (DESIGN.md §2a,
+  lease as expired (its now − skew is past their expiry) and takes live leases (docs/design.md §2a,
   "known limits"). The victims learn it from whichever write of theirs is refused first: a
   checkpoint, a renewal, or the upstream's stale-epoch error.
 
@@ -93,7 +93,7 @@ def test_one_worker_clock_ahead(tmp_path: Path, mode: str, ahead_env: dict[str, 
         assert outcome.stale == 0, outcome.report.violations
         assert outcome.report.ok, outcome.report.violations
     else:
-        # The negative control: the same run does what DESIGN.md §2a says it does.
+        # The negative control: the same run does what docs/design.md §2a says it does.
         assert outcome.thefts > 0, "connection mode: no lease was taken from a live healthy worker"
         assert outcome.losses > 0, "connection mode: the healthy workers never learned of the thefts"
 

@@ -1,4 +1,4 @@
-"""Kill, terminate and pause workers of a real local fleet; check DESIGN.md §2c from outside.
+"""Kill, terminate and pause workers of a real local fleet; check docs/design.md §2c from outside.
 
 Setup: 3 workers, 30 connections at 20 msg/s each, a Kinesis sink (moto, one shard), lease 3 s /
 heartbeat 1 s / reconcile 1 s / skew 200 ms, in both lease modes. Takeover and handoff times are
@@ -26,7 +26,7 @@ N_CONNECTIONS = 30
 # Per connection. moto's Kinesis (the arbiter) takes a few hundred records a second here.
 FEED_RATE = 5.0
 CONNECT_ALLOWANCE_S = 1.5  # connect + subscribe + scheduling on a loaded 2-core machine
-# DESIGN.md §2c L1. Connection mode: the lease expires, then one reconcile finds it. Session
+# docs/design.md §2c L1. Connection mode: the lease expires, then one reconcile finds it. Session
 # mode: the counter stands still for one lease on an observer's clock, first seen up to one
 # listing (a heartbeat) after it was written; then the fence, and the rendezvous claim order
 # (up to two steps for 3 workers).
@@ -147,7 +147,7 @@ def run_scenarios(fleet: Fleet, ids: list[str], alive: set[str], sampler: Checkp
     wait_until(lambda: bool((fleet.session("w3") or {}).get("fenced_by")), 15, "w3's session fenced")
     fleet.signal("w3", signal.SIGCONT)
     # Its peers fenced its session while it was paused: it learns so at its next heartbeat,
-    # drops everything and exits with the fenced status (DESIGN.md §2.0), never delivering.
+    # drops everything and exits with the fenced status (docs/design.md §2.0), never delivering.
     status = fleet.wait_exit("w3", 10)
     log = (fleet.logs / "w3.log").read_text()
     assert status == EXIT_FENCED, (status, log.splitlines()[-8:])

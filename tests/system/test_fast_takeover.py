@@ -1,4 +1,4 @@
-"""DESIGN.md §2e: the supervisor sees the worker process die and peers take over at once.
+"""docs/design.md §2e: the supervisor sees the worker process die and peers take over at once.
 
 At production timings (lease 20 s, heartbeat 5 s), in both lease modes: SIGKILL of the worker
 child (an OOM-like death) is followed within about a second, plus connect time, by every one of

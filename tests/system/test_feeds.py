@@ -1,4 +1,4 @@
-"""Real feeds through a real fleet under faults, judged from outside (DESIGN.md §2c, §2e, §4.3, §5).
+"""Real feeds through a real fleet under faults, judged from outside (docs/design.md §2c, §2e, §4.3, §5).
 
 Two `generic/1` connections from the shipped presets, pointed (`url=`) at the local replays:
 `jetstream` (can replay: resumes from its `time_us` cursor) and `coinbase-exchange` (cannot

@@ -1,7 +1,7 @@
 """`leaseworker local up --scenario failover --json`, run as a user would, judged on its JSON.
 
 The command starts its own DynamoDB Local, moto, feed and workers; kills, pauses and terminates
-workers; prints one JSON summary on stdout and exits 0 only if DESIGN §2c held. Afterwards no
+workers; prints one JSON summary on stdout and exits 0 only if docs/design.md §2c held. Afterwards no
 process it started may be left.
 """
 
@@ -62,7 +62,7 @@ def test_failover_scenario_json(tmp_path: Path, marker: str) -> None:
     bound = FAST.lease_seconds + 2 * FAST.heartbeat_seconds + 2 * TAKEOVER_STEP_SECONDS + 1.5
     assert by_name["kill"]["bound_s"] == bound
     assert by_name["kill"]["max_s"] <= bound
-    # The child's death is seen by its supervisor: fence, hints, claim, connect (DESIGN.md §2e).
+    # The child's death is seen by its supervisor: fence, hints, claim, connect (docs/design.md §2e).
     assert by_name["crash"]["bound_s"] == 1.5 + 1.5
     assert by_name["crash"]["max_s"] <= by_name["crash"]["bound_s"]
     assert by_name["pause"]["max_s"] <= bound

@@ -1,4 +1,4 @@
-"""A rolling LEASE_MODE switch, and crashes in a mixed fleet (DESIGN.md §2b "Mixed fleets").
+"""A rolling LEASE_MODE switch, and crashes in a mixed fleet (docs/design.md §2b "Mixed fleets").
 
 Mode is how a worker holds its own connections; every worker, in either mode, takes over both
 kinds (expired leases; the connections of fenced sessions). So replacing connection-mode workers
@@ -23,7 +23,7 @@ from leaseworker.local.invariants import check_all
 from tests.system.test_failover import CheckpointSampler, wait_until
 
 N_CONNECTIONS = 24
-SESSION_HELD_MS = 2**53 - 1  # DESIGN.md §2b: a connection held by a session
+SESSION_HELD_MS = 2**53 - 1  # docs/design.md §2b: a connection held by a session
 CONNECTION, SESSION = "connection", "session"
 
 

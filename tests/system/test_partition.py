@@ -65,7 +65,7 @@ def test_partitioned_worker_self_fences_before_takeover(fleet: Fleet) -> None:
         assert "self-fenced" in log
 
         # Healed: its peer fenced its silent session meanwhile, so its first heartbeat tells it
-        # to stop (DESIGN.md §2.0); it exits 3, and a fresh worker in its place gets a share.
+        # to stop (docs/design.md §2.0); it exits 3, and a fresh worker in its place gets a share.
         proxy.set_mode("pass")
         assert fleet.wait_exit("cut", 15) == EXIT_FENCED
         fleet.start_worker("fresh")

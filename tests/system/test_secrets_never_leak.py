@@ -1,4 +1,4 @@
-"""Resolved secrets never leave the worker's memory (DESIGN.md §4.2 "Secrets"; issue 21 item 5).
+"""Resolved secrets never leave the worker's memory (docs/design.md §4.2 "Secrets"; issue 21 item 5).
 
 A real fleet, judged from outside. This module starts its own DynamoDB Local and moto server
 (Secrets Manager, SQS), so that their logs are scanned too. Secrets Manager holds an Alpaca

@@ -1,4 +1,4 @@
-"""The supervisor's confirmed fence on DynamoDB Local and moto SQS (DESIGN.md §2e).
+"""The supervisor's confirmed fence on DynamoDB Local and moto SQS (docs/design.md §2e).
 
 A controllable child stands in for the worker: it does nothing but wait, so what is checked is
 the supervisor alone. Kill the child and the session item must carry a confirmed fence, its

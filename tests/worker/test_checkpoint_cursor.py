@@ -1,5 +1,5 @@
 """The checkpoint cursor rides beside `last_seq` in every write that carries a checkpoint
-(DESIGN.md §5), in both lease modes, against DynamoDB Local: a new owner resumes from the
+(docs/design.md §5), in both lease modes, against DynamoDB Local: a new owner resumes from the
 cursor of the seq it resumes after, never from another seq's cursor, and a re-added id starts
 with none."""
 

@@ -1,4 +1,4 @@
-"""The consumer filter and the shard-order reader (DESIGN.md §5), and S1 in arrival order (§2c)."""
+"""The consumer filter and the shard-order reader (docs/design.md §5), and S1 in arrival order (§2c)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The health file and `leaseworker health` (DESIGN.md §8): healthy only for a live worker that
+"""The health file and `leaseworker health` (docs/design.md §8): healthy only for a live worker that
 heartbeats, never for a stale, stopping, dead or unreadable one."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""No write lands after the lease has moved (DESIGN.md §2d; issue 8 group 3, issue 10 point 2).
+"""No write lands after the lease has moved (docs/design.md §2d; issue 8 group 3, issue 10 point 2).
 
 A TCP proxy in front of moto's Kinesis stalls the connection of writer A (epoch 1), the way a
 congested path does: A's PutRecords bytes wait in the kernel's buffers and in asyncio's. A's

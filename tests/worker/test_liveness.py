@@ -1,4 +1,4 @@
-"""Death detection on the observer's monotonic clock, table-driven on a fake clock (DESIGN.md §2.0)."""
+"""Death detection on the observer's monotonic clock, table-driven on a fake clock (docs/design.md §2.0)."""
 
 from __future__ import annotations
 

@@ -144,12 +144,12 @@ def test_metric_names_match_the_design() -> None:
         "Reconnects",
         "ProtocolErrors",
         "CheckpointLagSeq",
-        # Added after DESIGN.md §8's list (see the closing notes): takeovers by fence versus by
+        # Added after docs/design.md §8's list (see the closing notes): takeovers by fence versus by
         # expiry (issue 10), and overlapping replays dropped (§4.5).
         "TakeoversByFence",
         "TakeoversByExpiry",
         "ReplaysDropped",
-        # Issue 20: the audit's repairs; issue 21: gap markers (DESIGN.md §4.3).
+        # Issue 20: the audit's repairs; issue 21: gap markers (docs/design.md §4.3).
         "LeasesRepaired",
         "GapsMarked",
         "GapSeconds",

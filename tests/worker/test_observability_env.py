@@ -1,4 +1,4 @@
-"""What the standard environment variables decide in telemetry (DESIGN.md §7, §8): the sampler
+"""What the standard environment variables decide in telemetry (docs/design.md §7, §8): the sampler
 (OTEL_TRACES_SAMPLER/_ARG), tracing on or off (OTEL_EXPORTER_OTLP_ENDPOINT) and the service name
 (POWERTOOLS_SERVICE_NAME, the metrics' `service` dimension)."""
 

@@ -1,4 +1,4 @@
-"""A poison frame at one position is not bounced forever (issue 20, DESIGN.md §3, §4.4, L3).
+"""A poison frame at one position is not bounced forever (issue 20, docs/design.md §3, §4.4, L3).
 
 A seqfeed/1 upstream that sends a frame nested 100,000 deep at the same seq on every connection
 can never be delivered: seqfeed/1 frames must be JSON the worker accepts. The worker keeps the

@@ -1,4 +1,4 @@
-"""The hint relay (DESIGN.md §6): a hint we have no room for is re-sent, boundedly, on real SQS."""
+"""The hint relay (docs/design.md §6): a hint we have no room for is re-sent, boundedly, on real SQS."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`connections remove` and a later `add`: the epoch never goes backwards, and an operator cannot
-cause two deliverers (DESIGN.md §2, §6). The table is DynamoDB Local.
+cause two deliverers (docs/design.md §2, §6). The table is DynamoDB Local.
 
 The live-owner tests run real workers (in-process, the same wiring as `leaseworker run`) and the
 real CLI (a subprocess), against the reference feed and against an upstream that never fences.

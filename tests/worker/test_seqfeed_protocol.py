@@ -1,4 +1,4 @@
-"""`seqfeed/1` decoder, table-driven: the protocol rules with no sockets (DESIGN.md §4)."""
+"""`seqfeed/1` decoder, table-driven: the protocol rules with no sockets (docs/design.md §4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Session mode's store contract, against DynamoDB Local (DESIGN.md §2.0, §2b).
+"""Session mode's store contract, against DynamoDB Local (docs/design.md §2.0, §2b).
 
 Sessions: the fence and a zombie's heartbeat after it; checkpoints: batched, fenced, never
 backwards; session-held connections: invisible to connection mode, claimed by owner + epoch;

@@ -24,7 +24,7 @@ def load(**env: str) -> Settings:
 def test_defaults_match_design() -> None:
     settings = load()
     assert settings.table_name == "leaseworker-connections"
-    assert settings.lease_mode == "session"  # DESIGN.md §2b: the default once session mode exists
+    assert settings.lease_mode == "session"  # docs/design.md §2b: the default once session mode exists
     assert (settings.lease_seconds, settings.heartbeat_seconds) == (20.0, 5.0)
     assert (settings.reconcile_seconds, settings.checkpoint_seconds) == (5.0, 5.0)
     assert settings.max_clock_skew_ms == 1000

@@ -1,4 +1,4 @@
-"""Sinks (DESIGN.md §5): at-least-once, and write() returns only once the batch is durable."""
+"""Sinks (docs/design.md §5): at-least-once, and write() returns only once the batch is durable."""
 
 from __future__ import annotations
 

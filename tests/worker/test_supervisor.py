@@ -1,4 +1,4 @@
-"""The supervisor (DESIGN.md §2e): exit classification, signal forwarding, reaping, exit status.
+"""The supervisor (docs/design.md §2e): exit classification, signal forwarding, reaping, exit status.
 
 No DynamoDB here: a child that ends cleanly needs none, and the fence itself is tested against
 DynamoDB Local in tests/system/test_supervisor.py.

@@ -1,4 +1,4 @@
-"""For consumers of the sink: effectively-once, in-order records per connection (DESIGN.md §5).
+"""For consumers of the sink: effectively-once, in-order records per connection (docs/design.md §5).
 
 The sink is at-least-once. A reader of the Kinesis stream sees, per connection:
 - replays: after a takeover the new owner resumes from the checkpoint, which may lag what the
@@ -185,7 +185,7 @@ class ConnectionFilter:
     """Per connection id: deliver each upstream message once, in order, never from a lower epoch
     (the rules: this module's docstring).
 
-    `first_seq` is the seq expected from a connection the filter has not seen: 0 (DESIGN.md
+    `first_seq` is the seq expected from a connection the filter has not seen: 0 (docs/design.md
     §4.1, §5: sequences start at 0) for a consumer that reads the stream from its start, or None to
     start from whatever record of that connection comes first (a consumer that joins a stream
     whose beginning it will never read).
@@ -330,7 +330,7 @@ async def read_stream(
 
     Within a shard this is the order in which Kinesis accepted the records, which for one
     connection (one partition key, hence one shard between reshards) is the single arbiter that
-    S1 is judged at (DESIGN.md §2c).
+    S1 is judged at (docs/design.md §2c).
     """
     shards: list[ShardTypeDef] = []
     token: str | None = None

@@ -1,4 +1,4 @@
-"""The worker's health file, and the judgement `leaseworker health` makes from it (DESIGN.md §8).
+"""The worker's health file, and the judgement `leaseworker health` makes from it (docs/design.md §8).
 
 The worker calls `HealthFile.beat()` after every successful heartbeat and `HealthFile.stopping()`
 when shutdown begins. The container's health check runs `leaseworker health`, a separate process in

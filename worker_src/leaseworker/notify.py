@@ -1,4 +1,4 @@
-"""Change notifications over SQS (DESIGN.md §6): a fast path, never a correctness mechanism.
+"""Change notifications over SQS (docs/design.md §6): a fast path, never a correctness mechanism.
 
 After add/start/stop/release, the CLI and the workers send
 `{"type":"connection_changed","connection_id":ID}` to NOTIFY_QUEUE_URL. A worker that receives

@@ -33,7 +33,7 @@ def _escape(match: re.Match[str]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SinkRecord:
-    """DESIGN.md §5: `{connection_id, epoch, seq, cursor, kind, worker_id, received_at_ms, data}`,
+    """docs/design.md §5: `{connection_id, epoch, seq, cursor, kind, worker_id, received_at_ms, data}`,
     plus `key` where the feed's sequences are per key.
 
     `kind` is `data`, `gap` (a gap marker: `data` holds its reason and bounds) or `raw` (a frame

@@ -1,4 +1,4 @@
-"""Template references to secrets and environment variables (DESIGN.md §4.2 "Secrets").
+"""Template references to secrets and environment variables (docs/design.md §4.2 "Secrets").
 
 A `generic/1` config may name `{{env:NAME}}` and `{{secret:NAME#KEY}}`; the template engine
 hands the references, without braces, to `ReferenceResolver.resolve` when a socket connects:

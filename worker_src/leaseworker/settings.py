@@ -1,6 +1,6 @@
 """The worker's settings: one frozen object, read from the environment once, validated.
 
-Every default is documented once, here (DESIGN.md §7 mirrors it). A broken rule raises
+Every default is documented once, here (docs/design.md §7 mirrors it). A broken rule raises
 `SettingsError` whose message is one line naming the variable, the value and the rule.
 """
 
@@ -40,7 +40,7 @@ class Settings:
     lease_mode: LeaseMode = "session"
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     heartbeat_seconds: float = 5.0
-    reconcile_seconds: float = 5.0  # the seed reconciled every 60 s; see DESIGN.md §2a
+    reconcile_seconds: float = 5.0  # the seed reconciled every 60 s; see docs/design.md §2a
     checkpoint_seconds: float = 5.0
     max_clock_skew_ms: int = 1000
     max_connections: int = 1000
@@ -76,7 +76,7 @@ class Settings:
 
     @property
     def fence_margin_seconds(self) -> float:
-        """Safety margin subtracted from the local lease deadline (DESIGN.md §2d).
+        """Safety margin subtracted from the local lease deadline (docs/design.md §2d).
 
         A tenth of the lease, at most one heartbeat: enough to cover event-loop latency
         between checking validity and the sink write, without fencing on every hiccup.
@@ -129,7 +129,7 @@ class Settings:
             raise SettingsError("WORKER_ID", self.worker_id, "must match [A-Za-z0-9._:-]{1,128}")
         validate_sink(self.sink)
         if self.lease_mode == "session":
-            # One checkpoint item per worker holds every entry (DESIGN.md §2b). Imported here:
+            # One checkpoint item per worker holds every entry (docs/design.md §2b). Imported here:
             # the store module itself depends on this one.
             from leaseworker.lease.checkpoint_store import check_checkpoint_capacity
 
@@ -146,7 +146,7 @@ def validate_sink(spec: str) -> None:
 
 
 def default_worker_id(env: Mapping[str, str]) -> str:
-    """ECS task id + suffix on Fargate; host-pid-suffix locally (DESIGN.md §3)."""
+    """ECS task id + suffix on Fargate; host-pid-suffix locally (docs/design.md §3)."""
     suffix = secrets.token_hex(3)
     metadata_uri = env.get("ECS_CONTAINER_METADATA_URI_V4", "")
     if metadata_uri:

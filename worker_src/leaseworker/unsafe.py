@@ -3,7 +3,7 @@
 A checker that never fails proves nothing. The chaos suite runs the same seeded schedule with one
 of these switched on and must then FAIL with the violation named. They exist only for that.
 
-- `self-fencing`: every local deadline (DESIGN.md §2d, per lease and per session) moves
+- `self-fencing`: every local deadline (docs/design.md §2d, per lease and per session) moves
   UNSAFE_EXTRA_VALIDITY_SECONDS later, so the fence timer never fires and `valid()` stays true:
   a paused or partitioned worker keeps delivering after its peers took over. The chaos suite
   expects S1 to fail.

@@ -1,1 +1,1 @@
-"""Presets and local feed replays (DESIGN.md §4.2 "Presets")."""
+"""Presets and local feed replays (docs/design.md §4.2 "Presets")."""

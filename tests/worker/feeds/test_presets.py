@@ -1,5 +1,5 @@
 """Presets as data: every shipped preset expands to a generic/1 config the validator accepts, and
-its parameters are checked with one-line errors (DESIGN.md §4.2 "Presets")."""
+its parameters are checked with one-line errors (docs/design.md §4.2 "Presets")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""generic/1 sockets against realistic frames of the feeds DESIGN.md §4.2 names, on a fake clock
+"""generic/1 sockets against realistic frames of the feeds docs/design.md §4.2 names, on a fake clock
 (plain floats for monotonic seconds, ints for wall-clock ms)."""
 
 from __future__ import annotations

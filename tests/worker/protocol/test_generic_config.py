@@ -16,7 +16,7 @@ from leaseworker.protocol.generic.model import BudgetConfig, ExpectStep, SendSte
 
 URL = "wss://feed.example/ws"
 
-# Realistic, complete configs (shaped after the feeds DESIGN.md §4.2 names).
+# Realistic, complete configs (shaped after the feeds docs/design.md §4.2 names).
 JETSTREAM: dict[str, Any] = {
     "protocol": "generic/1",
     "connect": {

@@ -1,4 +1,4 @@
-"""Nothing an upstream sends makes a generic/1 socket raise (DESIGN.md §4.4): seeded garbage
+"""Nothing an upstream sends makes a generic/1 socket raise (docs/design.md §4.4): seeded garbage
 against every shape of config, in every state of the socket."""
 
 from __future__ import annotations

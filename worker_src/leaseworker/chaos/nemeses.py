@@ -83,7 +83,7 @@ def _terminate_signal(chaos: Chaos, worker: str) -> int:
 
 class SigKill(Base):
     """SIGKILL of the whole process group (a host-like death: the lease path, L1) or of the worker
-    child alone (an OOM-like death its supervisor sees: the fence path, L1F, DESIGN.md §2e)."""
+    child alone (an OOM-like death its supervisor sees: the fence path, L1F, docs/design.md §2e)."""
 
     def start(self, chaos: Chaos) -> None:
         worker = chaos.victim(self.spec.target)

@@ -2,7 +2,7 @@
 
 `TableSampler` reads the whole table (a consistent scan) every SAMPLE_SECONDS on its own event
 loop: each connection's owner and epoch, and its effective checkpoint, the newer of the item's
-`last_seq` and its holder's batched checkpoint entry at the item's epoch (DESIGN.md §2b). S3 is
+`last_seq` and its holder's batched checkpoint entry at the item's epoch (docs/design.md §2b). S3 is
 judged on those readings, and on every write in the table's stream (`table_history`), which
 catches a step back too short-lived for a reading. `MemorySampler` reads each worker's VmRSS from /proc.
 """
@@ -34,7 +34,7 @@ class TableReading:
     owners: dict[str, tuple[str | None, int]]  # connection_id -> (owner, epoch)
     states: dict[str, str] = field(default_factory=dict)
     last_errors: dict[str, str] = field(default_factory=dict)
-    # worker_id -> (hb, fenced) from its session item `worker#<id>` (DESIGN.md §2.0)
+    # worker_id -> (hb, fenced) from its session item `worker#<id>` (docs/design.md §2.0)
     sessions: dict[str, tuple[int, bool]] = field(default_factory=dict)
 
 
@@ -120,7 +120,7 @@ class TableSampler(threading.Thread):
 class MemorySampler(threading.Thread):
     """VmRSS (KiB) of every live worker every MEMORY_SAMPLE_SECONDS: {worker: [(t_s, kib)]}.
 
-    A worker is its supervisor and the worker child (DESIGN.md §2e): both are summed. (Sampling
+    A worker is its supervisor and the worker child (docs/design.md §2e): both are summed. (Sampling
     the supervisor's pid alone read a flat 12.7 MB for 30 minutes: the soak's slope was 0 by
     construction.)"""
 

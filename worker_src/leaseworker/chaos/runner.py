@@ -45,7 +45,7 @@ MAX_WORKERS: Final = 6
 CONNECT_ALLOWANCE_S: Final = 1.5  # as tests/system/test_failover.py: connect + subscribe under load
 TAKEOVER_STEP_S: Final = 0.5  # leaseworker.worker.peers.TAKEOVER_STEP_SECONDS
 DEFAULT_FEED_RATE: Final = 4.0  # messages per second per connection
-L2_BOUND_S: Final = 1.5  # "about one second" (DESIGN.md §2c)
+L2_BOUND_S: Final = 1.5  # "about one second" (docs/design.md §2c)
 RESTORE_AFTER_S: Final = 1.0  # after a nemesis stops, before replacing lost workers
 SETTLE_S: Final = 8.0  # after a fault window, moves are still attributed to it (rebalancing)
 # A worker that joins (a replacement after a fault, a scale-out, a rolling restart's successor)

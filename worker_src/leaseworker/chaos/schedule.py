@@ -126,7 +126,7 @@ def make_schedule(
 
 
 def takeover_bound_s(mode: str, timings: Timings, step_s: float, connect_s: float) -> float:
-    """DESIGN.md §2c L1 for `mode` (the same bound tests/system/test_failover.py asserts)."""
+    """docs/design.md §2c L1 for `mode` (the same bound tests/system/test_failover.py asserts)."""
     if mode == "connection":
         from leaseworker.worker.acquirer import RECONCILE_JITTER  # the longest reconcile period
 
@@ -168,7 +168,7 @@ def _draw(rng: random.Random, kind: str, at: float, mode: str, timings: Timings)
         duration = round(lease * 1.6, 2) if params["long"] else round(lease * 0.2, 2)
         recovery = settle if params["long"] else 2.0
     elif kind == "ddb_stall":
-        # Requests held past the lease, then delivered: the late write to DynamoDB (DESIGN.md §2a).
+        # Requests held past the lease, then delivered: the late write to DynamoDB (docs/design.md §2a).
         duration, recovery = round(lease * 1.0, 2), settle + lease
         params["hold_s"] = round(lease * 2.0, 2)
     elif kind == "ddb_reset":

@@ -8,7 +8,7 @@ and the new image of every write, so `checkpoint_regressions` sees each one, per
 order the table applied them:
 
 - a connection item's `last_seq` lower than before;
-- a worker's batched checkpoint entry (`worker#<id>#ckpt`, DESIGN.md §2b) at the same epoch with
+- a worker's batched checkpoint entry (`worker#<id>#ckpt`, docs/design.md §2b) at the same epoch with
   a lower seq than before.
 
 Both only ever move up in the protocol (COND_CHECKPOINT's `last_seq < :seq`, the held store's
@@ -17,7 +17,7 @@ Both only ever move up in the protocol (COND_CHECKPOINT's `last_seq < :seq`, the
 Replaying the writes in order also gives the table's state after each one, hence two more (issue 20):
 
 - the EFFECTIVE checkpoint (max of the connection item's `last_seq` and its holder's entry at the
-  item's epoch, DESIGN.md §2b) lower after a write that changed the item's owner or epoch than
+  item's epoch, docs/design.md §2b) lower after a write that changed the item's owner or epoch than
   before it: a takeover or a release that lost the holder's newer entry (review 2026-12-05, C1);
 - an entry dropped from a worker's checkpoint item while the connection item still names that
   worker at the entry's epoch: its only fresh checkpoint gone while it holds the lease (C2, B).

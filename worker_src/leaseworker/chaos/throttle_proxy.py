@@ -1,4 +1,4 @@
-"""An HTTP-aware fault proxy in front of DynamoDB Local, for one worker (DESIGN.md §10, issue 11).
+"""An HTTP-aware fault proxy in front of DynamoDB Local, for one worker (docs/design.md §10, issue 11).
 
 It extends local/proxy.py's TcpProxy (pass / blackhole / reset keep their meaning) without
 changing it: it reads one HTTP/1.1 request at a time, so that each request can be delayed by a

@@ -17,7 +17,7 @@ from leaseworker.chaos.observe import TableReading
 from leaseworker.local.invariants import Delivered, Report, check_arrivals, resubscribed_after
 
 # Feed fault modes the worker absorbs without an error: an overlapping replay is dropped
-# (DESIGN.md §4.5), a lone surrogate is carried as it is.
+# (docs/design.md §4.5), a lone surrogate is carried as it is.
 BENIGN_FAULTS = ("-replay", "-surrogate")
 
 
@@ -199,7 +199,7 @@ def subscriptions(events: list[dict[str, Any]]) -> dict[str, list[tuple[int, int
 
 def live_sessions(readings: list[TableReading], lease_s: float) -> list[set[str]]:
     """Per reading, the workers whose session item is not fenced and whose `hb` moved within the
-    last LEASE_SECONDS on this (the observer's) clock, as a peer judges it (DESIGN.md §2.0)."""
+    last LEASE_SECONDS on this (the observer's) clock, as a peer judges it (docs/design.md §2.0)."""
     seen: dict[str, tuple[int, int]] = {}  # worker -> (hb, first t_ms it was seen at)
     live: list[set[str]] = []
     for reading in readings:

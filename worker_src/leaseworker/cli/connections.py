@@ -53,7 +53,7 @@ async def _with_admin(
 
 
 async def send_hint(session: aioboto3.Session, connection_id: str) -> None:
-    """The `connection_changed` fast path (DESIGN.md §6) when NOTIFY_QUEUE_URL is set; never raises."""
+    """The `connection_changed` fast path (docs/design.md §6) when NOTIFY_QUEUE_URL is set; never raises."""
     queue_url = os.environ.get("NOTIFY_QUEUE_URL")
     if queue_url:
         async with session.client("sqs", config=CLI_CLIENT_CONFIG) as sqs:

@@ -1,6 +1,6 @@
 """What `connections add` stores for a feed, validated in full before anything is written.
 
-`connections add ID` takes exactly one source (DESIGN.md §4, §6):
+`connections add ID` takes exactly one source (docs/design.md §4, §6):
 
 - `--url URL`: `seqfeed/1`, no config;
 - `--config FILE` (JSON or YAML, `-` for stdin): a top-level `"protocol"` names the protocol
@@ -260,7 +260,7 @@ def allow_insecure(env: Mapping[str, str]) -> bool:
 
 
 def check_insecure(path: str, url: str, env: Mapping[str, str]) -> None:
-    """The worker's rule (DESIGN.md §4.1): ws:// only to a loopback host unless ALLOW_INSECURE_WS.
+    """The worker's rule (docs/design.md §4.1): ws:// only to a loopback host unless ALLOW_INSECURE_WS.
 
     A template is checked with its tags rendered harmlessly (no cursor, each tag a placeholder):
     a ws:// URL whose host is itself a template cannot be shown to be loopback, so it is refused

@@ -1,4 +1,4 @@
-"""`leaseworker health`: the container health check (DESIGN.md §8).
+"""`leaseworker health`: the container health check (docs/design.md §8).
 
 Exit 0 when the worker in this container completed a heartbeat recently and is not shutting
 down; otherwise exit 1 with one line saying why. It reads the health file the worker writes

@@ -54,7 +54,7 @@ def resolve_target(ctx: click.Context, table: str | None, endpoint_url: str | No
             raise CliUsageError(
                 f"invalid --endpoint-url {resolved.endpoint_url!r}: must be an http(s):// URL with a host"
             )
-    # botocore reads AWS_DEFAULT_REGION, not AWS_REGION (which the worker and DESIGN §7 use).
+    # botocore reads AWS_DEFAULT_REGION, not AWS_REGION (which the worker and docs/design.md §7 use).
     if os.environ.get("AWS_REGION") and not os.environ.get("AWS_DEFAULT_REGION"):
         os.environ["AWS_DEFAULT_REGION"] = os.environ["AWS_REGION"]
     # The worker's settings read the same variables: keep them consistent for this process.

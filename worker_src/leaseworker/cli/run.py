@@ -3,7 +3,7 @@
 `leaseworker run` validates the settings and decides WORKER_ID here, so that a bad value still
 prints one line and exits non-zero before anything is started. It then execs the small supervisor
 (`python -m leaseworker.supervisor`, same pid), which runs the worker as its child:
-`python -m leaseworker run --child` with WORKER_ID and SINK in its environment (DESIGN.md §2e).
+`python -m leaseworker run --child` with WORKER_ID and SINK in its environment (docs/design.md §2e).
 """
 
 from __future__ import annotations

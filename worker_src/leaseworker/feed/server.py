@@ -1,4 +1,4 @@
-"""A local `seqfeed/1` upstream (DESIGN.md §4) for tests and the local demo.
+"""A local `seqfeed/1` upstream (docs/design.md §4) for tests and the local demo.
 
 Every connection id has a synthetic, deterministic stream. Its head (the highest seq that exists)
 grows at `rate` messages per second from the moment the id is first subscribed, and the data for

@@ -1,6 +1,6 @@
 """Operator actions on the lease table: create it, add, stop, start, remove and list connections.
 
-These are the control plane (DESIGN.md §6). They never touch a live lease's owner or epoch.
+These are the control plane (docs/design.md §6). They never touch a live lease's owner or epoch.
 
 The epoch across `remove` and `add`: tombstones
 -----------------------------------------------
@@ -81,14 +81,14 @@ if TYPE_CHECKING:
     from types_aiobotocore_dynamodb import DynamoDBClient
 
 GSI_BY_OWNER = "by-owner"
-TTL_ATTRIBUTE = "purge_at"  # the workers' own items expire through it (DESIGN.md §2.0)
+TTL_ATTRIBUTE = "purge_at"  # the workers' own items expire through it (docs/design.md §2.0)
 
 # A new item, or a tombstone (it carries `removed_at_ms`) to resurrect.
 COND_ADDABLE = "attribute_not_exists(connection_id) OR attribute_exists(removed_at_ms)"
 
 # `add`: a new item, or a tombstone resurrected with its epoch kept.
 # The protocol attributes are set when given and removed when not, as is the checkpoint cursor:
-# a re-added id starts from no checkpoint (DESIGN.md §4).
+# a re-added id starts from no checkpoint (docs/design.md §4).
 UPDATE_ADD = (
     "SET desired_state = :started, ws_url = :url, last_seq = :none, lease_expires_at_ms = :zero, "
     "failures = :zero, updated_at_ms = :now, lease_epoch = if_not_exists(lease_epoch, :zero), "
@@ -425,7 +425,7 @@ def with_checkpoint(
     item: dict[str, Any], holder_entries: Entries, holder_cursors: Cursors | None = None
 ) -> dict[str, Any]:
     """The item plus `checkpoint` and `checkpoint_cursor`: what a takeover would resume after
-    (DESIGN.md §2b), the newer of `last_seq` and the holder's batched checkpoint entry at the
+    (docs/design.md §2b), the newer of `last_seq` and the holder's batched checkpoint entry at the
     item's epoch, with the cursor (JSON text) that belongs to it."""
     last_seq = item.get("last_seq", NO_CHECKPOINT)
     epoch = item.get("lease_epoch", 0)

@@ -10,7 +10,7 @@ back what it holds beyond it, gracefully (final checkpoint, SQS hint): rebalanci
 duplicates nothing.
 
 "Connections to own" is the sum of the live sessions' published load plus the free connections,
-never a count over every connection item (DESIGN.md §2.0).
+never a count over every connection item (docs/design.md §2.0).
 """
 
 from __future__ import annotations

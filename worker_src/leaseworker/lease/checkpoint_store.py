@@ -1,4 +1,4 @@
-"""Checkpoint items (`worker#<id>#ckpt`, DESIGN.md §2b): all of a worker's checkpoints in one write.
+"""Checkpoint items (`worker#<id>#ckpt`, docs/design.md §2b): all of a worker's checkpoints in one write.
 
 The item holds `checkpoints`: a map `{connection_id: [epoch, seq]}`, replaced whole by each write,
 conditional on the item not being fenced. A claimer reads the dead holder's item after the fence
@@ -33,7 +33,7 @@ T = TypeVar("T")
 
 ITEM_LIMIT_BYTES = 400 * 1024
 RESERVED_BYTES = 4 * 1024  # the key, purge_at, updated_at_ms, the fence and writer attributes
-# A checkpoint cursor (JSON text, DESIGN.md §5) rides in the entry beside its seq. Its size is
+# A checkpoint cursor (JSON text, docs/design.md §5) rides in the entry beside its seq. Its size is
 # capped so that MAX_CONNECTIONS entries still fit one item: a resumable feed whose cursor grows
 # past it is marked failed with that reason; a non-resumable feed's cursor (informational: the
 # bounds of the next takeover's gap marker) is then left out of the checkpoint.

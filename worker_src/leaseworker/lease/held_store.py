@@ -1,4 +1,4 @@
-"""Connection items held by a session (DESIGN.md §2b): claim free, claim from the dead, list by owner.
+"""Connection items held by a session (docs/design.md §2b): claim free, claim from the dead, list by owner.
 
 A session-held connection item carries `lease_owner`, `lease_epoch` and the expiry marker
 `SESSION_HELD` (2^53 - 1): no connection-mode acquirer ever sees it as expired, the orphan
@@ -59,7 +59,7 @@ _CLAIM_WITH_SEQ = (
     "SET lease_owner = :me, lease_expires_at_ms = :expires, updated_at_ms = :now, last_seq = :resume "
     "ADD lease_epoch :one"
 )
-# The same, for an entry that carries the cursor belonging to its seq (DESIGN.md §5).
+# The same, for an entry that carries the cursor belonging to its seq (docs/design.md §5).
 _CLAIM_WITH_SEQ_AND_CURSOR = _CLAIM_WITH_SEQ.replace(" ADD ", ", #cursor = :cursor ADD ")
 COND_DEAD_HOLDS = "lease_owner = :dead AND lease_epoch = :epoch"
 _FREE = "SET lease_expires_at_ms = :zero, updated_at_ms = :now REMOVE lease_owner"

@@ -3,7 +3,7 @@
 Pure: no I/O, no clock reads. The caller passes `now` (time.monotonic()) so tests drive a fake
 clock. The argument for why this is safe under any wall-clock offset is in session_store.py.
 
-Observer rule (DESIGN.md §2.0): a peer is dead when its `hb` has not changed for LEASE_SECONDS,
+Observer rule (docs/design.md §2.0): a peer is dead when its `hb` has not changed for LEASE_SECONDS,
 measured on the observer's clock from the first time the observer saw that value. Any change,
 up or down (a restarted peer that reuses its id starts again from 1), restarts the wait; a
 peer is never dead on first sight.
@@ -22,7 +22,7 @@ from leaseworker.lease.balance import PeerLoad
 from leaseworker.settings import Settings
 
 SUSPECTED = "suspected"  # fenced by an observer that saw the counter stop
-CONFIRMED = "confirmed"  # fenced by the supervisor that reaped the process (DESIGN.md §2e)
+CONFIRMED = "confirmed"  # fenced by the supervisor that reaped the process (docs/design.md §2e)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Lease records and the pure decisions taken on them.
 
-Correctness model (connection mode, DESIGN.md §2a, §2d)
+Correctness model (connection mode, docs/design.md §2a, §2d)
 ------------------------------------------------------
 - Mutual exclusion comes from DynamoDB conditional writes, which are linearizable per item:
   of many concurrent acquirers of one expired lease, exactly one UpdateItem succeeds, and it
@@ -55,7 +55,7 @@ class MalformedItem(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ConnectionItem:
-    """A connection item as stored (DESIGN.md §2), decoded from DynamoDB's attribute values."""
+    """A connection item as stored (docs/design.md §2), decoded from DynamoDB's attribute values."""
 
     connection_id: str
     desired_state: str
@@ -152,7 +152,7 @@ class LeaseState(enum.Enum):
 
 @dataclass(slots=True)
 class Lease:
-    """A lease this worker holds, with its local monotonic deadline (DESIGN.md §2d)."""
+    """A lease this worker holds, with its local monotonic deadline (docs/design.md §2d)."""
 
     connection_id: str
     epoch: int

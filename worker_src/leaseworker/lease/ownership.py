@@ -2,7 +2,7 @@
 
 The worker never talks to the connection items directly: it asks an `Ownership` for claimable
 connections, claims them (free ones, or a fenced peer's), checkpoints and releases under the
-epoch it holds. Two implementations: `ConnectionLeases` (DESIGN.md §2a, a lease per connection
+epoch it holds. Two implementations: `ConnectionLeases` (docs/design.md §2a, a lease per connection
 renewed every heartbeat) and `SessionLeases` (§2b, in session_leases.py: connections held by the
 worker's session item). The session item itself (§2.0) is the same in both modes and is not
 part of this interface.

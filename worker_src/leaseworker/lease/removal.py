@@ -1,4 +1,4 @@
-"""When may an operator remove a connection? A pure decision on the item (DESIGN.md §6).
+"""When may an operator remove a connection? A pure decision on the item (docs/design.md §6).
 
 `connections remove` turns a connection into a tombstone (see `lease.admin`) only when it is
 STOPPED and *released*, that is when no worker may still be delivering it. Released means one of:
@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from leaseworker.lease.model import STARTED, STOPPED
 
-SESSION_HELD_EXPIRY_MS = 2**53 - 1  # "held by a session" (DESIGN.md §2b)
+SESSION_HELD_EXPIRY_MS = 2**53 - 1  # "held by a session" (docs/design.md §2b)
 
 # Condition expressions, named once (STYLE.md §11). A tombstone carries `removed_at_ms`.
 COND_LIVE = "attribute_exists(connection_id) AND attribute_not_exists(removed_at_ms)"

@@ -1,4 +1,4 @@
-"""`session` mode (DESIGN.md §2b): connections held through the worker's session item.
+"""`session` mode (docs/design.md §2b): connections held through the worker's session item.
 
 A held connection item carries the marker expiry `SESSION_HELD`; nothing is written per
 connection per heartbeat. Every lease shares the session's local deadline (`SessionValidity`,

@@ -1,6 +1,6 @@
-"""Session items (`worker#<id>`, DESIGN.md §2.0): heartbeat, list, fence, withdraw, reap.
+"""Session items (`worker#<id>`, docs/design.md §2.0): heartbeat, list, fence, withdraw, reap.
 
-Correctness model (session mode, DESIGN.md §2.0, §2b, §2d)
+Correctness model (session mode, docs/design.md §2.0, §2b, §2d)
 ---------------------------------------------------------
 - Death is never judged by a wall clock. A holder H counts its session valid until
   `s + LEASE_SECONDS - margin`, where `s` is its monotonic clock when it SENT its last

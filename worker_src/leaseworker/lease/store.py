@@ -1,4 +1,4 @@
-"""The DynamoDB lease store for `connection` mode (DESIGN.md §2a).
+"""The DynamoDB lease store for `connection` mode (docs/design.md §2a).
 
 Every write that acts on a lease is conditioned on owner and epoch; a lost race comes back as
 a value (`Lost`, `False`), while throttles and outages raise `StoreError` subclasses. Every

@@ -6,7 +6,7 @@
   upstream saw each subscription (the measured clock for takeover and handoff times, as in the
   system tests);
 - the sink files, `<worker>.jsonl`: messages per second per worker, highest seq per connection,
-  and the gap markers of generic/1 connections (DESIGN.md §4.3, §5), each shown as a `gap` event;
+  and the gap markers of generic/1 connections (docs/design.md §4.3, §5), each shown as a `gap` event;
   a replayable connection that moved to a new epoch without one is shown as `resumed`;
 - the workers' JSON logs: self-fencing, which only the worker itself can see.
 
@@ -34,7 +34,7 @@ from leaseworker.local.fleet import TABLE, Fleet
 from leaseworker.local.services import local_dynamodb
 
 # crash: SIGKILL of the worker child alone, an OOM-like death its supervisor sees (the fence path,
-# DESIGN.md §2e); kill: SIGKILL of the whole process group, a host-like death (the lease path).
+# docs/design.md §2e); kill: SIGKILL of the whole process group, a host-like death (the lease path).
 FaultKind = Literal["crash", "kill", "pause", "terminate"]
 RATE_WINDOW_S = 3.0
 SIGNALS = {
@@ -49,7 +49,7 @@ CLOSE_DEADLINE_S = 2.0
 
 
 def takeover_bound_s(fleet: Fleet, connect_allowance_s: float = 1.5) -> float:
-    """DESIGN §2c L1 for this fleet's lease mode (session is the default): connection mode is
+    """docs/design.md §2c L1 for this fleet's lease mode (session is the default): connection mode is
     lease + skew + the longest reconcile period + connect; session mode is lease + up to two
     heartbeats (observation granularity) + two rendezvous steps + connect."""
     from leaseworker.worker.acquirer import RECONCILE_JITTER
@@ -64,7 +64,7 @@ def takeover_bound_s(fleet: Fleet, connect_allowance_s: float = 1.5) -> float:
 
 HANDOFF_BOUND_S = 1.5  # L2: "about one second"
 # A child's death seen by its supervisor: fence + hints (≈0.3–1 s, the SDK is imported lazily), a
-# peer's sweep and up to two rendezvous steps, then the connect (DESIGN.md §2e).
+# peer's sweep and up to two rendezvous steps, then the connect (docs/design.md §2e).
 FENCE_PATH_S = 1.5
 
 
@@ -192,7 +192,7 @@ def _cursor_text(cursor: Any) -> str:
 
 
 def gap_text(cid: str, data: dict[str, Any], label: str, last_ms: int | None = None) -> str:
-    """`coinbase-1 BTC-USD takeover 1.2 s (trade 1041→1047)`: a gap marker's data (DESIGN.md §5).
+    """`coinbase-1 BTC-USD takeover 1.2 s (trade 1041→1047)`: a gap marker's data (docs/design.md §5).
 
     The duration is until_ms − since_ms; when the marker does not know since_ms (a takeover: the
     new owner never saw the last record), it is measured from the last record of the connection
@@ -489,7 +489,7 @@ class FleetMonitor:
             stats = self.workers.setdefault(name, WorkerStats(name))
             stats.owned = owned.get(name, 0)
             session = self.sessions.get(name)
-            if session is not None:  # both modes heartbeat a session item (DESIGN.md §2.0)
+            if session is not None:  # both modes heartbeat a session item (docs/design.md §2.0)
                 stats.heartbeat_age_s = (now * 1000 - int(session.get("updated_at_ms", 0) or 0)) / 1000
                 stats.load = int(session.get("load", 0) or 0)
                 stats.session = session_state(session)

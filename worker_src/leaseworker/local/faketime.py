@@ -1,4 +1,4 @@
-"""One worker with its wall clock offset, through libfaketime (DESIGN.md §10, faults).
+"""One worker with its wall clock offset, through libfaketime (docs/design.md §10, faults).
 
 libfaketime is preloaded into the worker process only. `DONT_FAKE_MONOTONIC=1` keeps the
 monotonic clock real, which the worker's deadlines and asyncio's timers run on; without it waits

@@ -41,7 +41,7 @@ TABLE = "leaseworker-connections"
 
 @dataclass(frozen=True)
 class Timings:
-    """Lease timings for the fleet's workers (environment values, DESIGN.md §7)."""
+    """Lease timings for the fleet's workers (environment values, docs/design.md §7)."""
 
     lease_seconds: float = 20.0
     heartbeat_seconds: float = 5.0
@@ -343,7 +343,7 @@ class Fleet:
 
     def signal_child(self, name: str, signum: int) -> float:
         """Send `signum` to the worker child alone, not its supervisor: SIGKILL is then a
-        process death the supervisor sees (an OOM-like death, DESIGN.md §2e)."""
+        process death the supervisor sees (an OOM-like death, docs/design.md §2e)."""
         from leaseworker.supervisor.process import child_pids
 
         children = child_pids(self.workers[name].pid)

@@ -1,4 +1,4 @@
-"""DESIGN.md §2c checked from the outside: from what reached the sink and the feed's session log.
+"""docs/design.md §2c checked from the outside: from what reached the sink and the feed's session log.
 
 Nothing here asks a worker anything. S1/S2/S3 are judged on what reached the sink and what the
 table says; L1/L2 on when the upstream saw subscriptions.
@@ -160,7 +160,7 @@ def read_sink_arrivals(directory: Path) -> list[Delivered]:
 
 def check_s2(records: dict[str, list[Delivered]], report: Report, *, start_seq: int = 0) -> None:
     """No loss: seqs cover first..last without a gap. Duplicates are counted, never a violation
-    (DESIGN.md §2c): a replay after a takeover repeats seqs in a new epoch, and a sink write whose
+    (docs/design.md §2c): a replay after a takeover repeats seqs in a new epoch, and a sink write whose
     reply was lost (a PutRecords timeout that landed) is fetched and written again in the same
     epoch: at-least-once, which the consumer filter of §5 removes."""
     for cid, items in records.items():

@@ -1,4 +1,4 @@
-"""A small asyncio TCP proxy for fault tests and benchmarks (DESIGN.md §10).
+"""A small asyncio TCP proxy for fault tests and benchmarks (docs/design.md §10).
 
 Put it in front of DynamoDB Local and one worker sees latency, a blackhole (bytes vanish,
 sockets stay open: calls time out) or resets, while its peers talk to DynamoDB directly. It

@@ -44,7 +44,7 @@ class DemoFeed:
     feed: str  # the replay's feed name (leaseworker.feed.replays)
     preset: str
     params: tuple[tuple[str, str], ...]  # besides url
-    resumable: bool  # the feed can replay from a cursor (DESIGN.md §4.3)
+    resumable: bool  # the feed can replay from a cursor (docs/design.md §4.3)
     rate: float  # data messages per second per key
 
 

@@ -4,7 +4,7 @@ The same experiment as tests/system/test_failover.py, packaged for people and CI
 1. start the fleet, add the connections, start the workers, wait until every connection is owned;
 2. run steadily for `duration` seconds;
 3. `crash`: SIGKILL the busiest worker's child alone (an OOM-like death): its supervisor fences
-   the session and hints, so peers take over at once (the fence path, DESIGN.md §2e); time until
+   the session and hints, so peers take over at once (the fence path, docs/design.md §2e); time until
    each of its connections is subscribed again at a higher epoch (the feed's session log is the
    clock); start a replacement; run steadily;
    `kill`: SIGKILL the busiest worker's whole process group (a host-like death): the lease path;
@@ -12,7 +12,7 @@ The same experiment as tests/system/test_failover.py, packaged for people and CI
    and check it delivers nothing under its old leases after waking (self-fencing); run steadily;
 5. `graceful`: SIGTERM the busiest worker; it must exit 0 and its connections must be subscribed
    elsewhere within about a second (L2); start a replacement; run steadily;
-6. stop everything, then judge DESIGN §2c (S1, S2, S3 from the sink and the checkpoint samples,
+6. stop everything, then judge docs/design.md §2c (S1, S2, S3 from the sink and the checkpoint samples,
    L1 and L2 from the measured times).
 
 The summary is one JSON object; `ok` is false when any invariant broke.
@@ -43,7 +43,7 @@ class Step:
     kind: FaultKind
 
 
-# crash takes the fence path (the supervisor saw its child die), kill the lease path (DESIGN.md §2e).
+# crash takes the fence path (the supervisor saw its child die), kill the lease path (docs/design.md §2e).
 STEPS = (
     Step("crash", "crash"),
     Step("kill", "kill"),

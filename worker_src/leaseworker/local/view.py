@@ -435,7 +435,7 @@ class LiveView:
             if not owner or expires == 0:
                 lease = Text("free", "yellow")
             elif expires == SESSION_HELD:
-                lease = Text("session")  # live while its owner's session is (DESIGN.md §2b)
+                lease = Text("session")  # live while its owner's session is (docs/design.md §2b)
             elif expires > now:
                 lease = Text(f"{(expires - now) / 1000:.1f} s left")
             else:

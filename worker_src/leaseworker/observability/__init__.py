@@ -1,1 +1,1 @@
-"""Observability for the worker: JSON logs, EMF metrics and OpenTelemetry traces (DESIGN.md §8)."""
+"""Observability for the worker: JSON logs, EMF metrics and OpenTelemetry traces (docs/design.md §8)."""

@@ -2,7 +2,7 @@
 
 Powertools Metrics is built for Lambda: one flush per invocation, printed to stdout. A worker runs
 for days, so this module aggregates between flushes and emits one EMF blob per METRICS_SECONDS
-(DESIGN.md §8):
+(docs/design.md §8):
 
 - counters (`count`) are summed and emitted as one value per flush;
 - observations (`observe`: seconds and lag) are emitted as a value array, at most
@@ -61,7 +61,7 @@ MAX_SAMPLES_PER_FLUSH = 99  # Powertools self-flushes (print) when one metric re
 
 
 class MetricName(StrEnum):
-    """The metric names of DESIGN.md §8: a contract with the CDK alarms, dashboard and scaling."""
+    """The metric names of docs/design.md §8: a contract with the CDK alarms, dashboard and scaling."""
 
     ActiveConnections = "ActiveConnections"  # gauge, per worker; its average drives autoscaling
     LeasesAcquired = "LeasesAcquired"
@@ -229,7 +229,7 @@ async def run_metrics_loop(
     """Every `interval` seconds: `sample()` (set gauges there), then `flush()`.
 
     Returns as soon as `stop` is set, without a final flush: shutdown flushes explicitly as its
-    last step (DESIGN.md §3, step 7), after release has recorded HandoffSeconds and friends.
+    last step (docs/design.md §3, step 7), after release has recorded HandoffSeconds and friends.
     """
     if interval <= 0:
         raise ValueError(f"interval must be > 0, got {interval!r}")

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (DESIGN.md §8): SDK → OTLP/HTTP → the ADOT collector sidecar → X-Ray.
+"""OpenTelemetry traces (docs/design.md §8): SDK → OTLP/HTTP → the ADOT collector sidecar → X-Ray.
 
 Tracing is off unless an OTLP endpoint is configured (OTEL_EXPORTER_OTLP_ENDPOINT, read by
 settings). Off means `span()` returns one shared no-op context manager: no SDK objects, no clock
@@ -53,7 +53,7 @@ SHUTDOWN_TIMEOUT_SECONDS = 5.0
 
 
 class SpanName(StrEnum):
-    """The spans the worker emits (DESIGN.md §8)."""
+    """The spans the worker emits (docs/design.md §8)."""
 
     LEASE_ACQUIRE = "lease.acquire"
     LEASE_RENEW_BATCH = "lease.renew_batch"
@@ -157,10 +157,10 @@ def configure_tracing(
         if not endpoint:
             return Tracing(None)
         exporter = OTLPSpanExporter(endpoint=traces_url(endpoint), timeout=export_timeout)
-    # No atexit hook: shutdown is explicit and bounded (DESIGN.md §3, step 7). The SDK's hook
+    # No atexit hook: shutdown is explicit and bounded (docs/design.md §3, step 7). The SDK's hook
     # would block interpreter exit for up to 30 s more when the collector is unreachable.
     service_name = service_name or _service_name_from_env()
-    # No `sampler=`: the SDK then reads OTEL_TRACES_SAMPLER(_ARG) itself (DESIGN.md §7).
+    # No `sampler=`: the SDK then reads OTEL_TRACES_SAMPLER(_ARG) itself (docs/design.md §7).
     provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service_name}), shutdown_on_exit=False)
     provider.add_span_processor(
         BatchSpanProcessor(

@@ -1,4 +1,4 @@
-"""Upstream protocols behind one interface (DESIGN.md §4)."""
+"""Upstream protocols behind one interface (docs/design.md §4)."""
 
 from leaseworker.protocol.base import (
     DataFrame,

@@ -1,4 +1,4 @@
-"""The Sans-I/O adapter interface every upstream protocol implements (DESIGN.md §4).
+"""The Sans-I/O adapter interface every upstream protocol implements (docs/design.md §4).
 
 A protocol (`seqfeed/1`, `generic/1`, or a plugin's) is a factory of per-socket adapters. An
 adapter never touches a socket, a clock or the network: the session loop hands it frames and
@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-# Why a socket opens, as a gap marker names it (DESIGN.md §5): `connect` for the very first
+# Why a socket opens, as a gap marker names it (docs/design.md §5): `connect` for the very first
 # socket of a connection (no checkpoint yet), `takeover` for the first socket of a new epoch that
 # resumes from another owner's checkpoint, `reconnect` after a socket of the same epoch ended,
 # `idle` after a socket was dropped for silence, `rotation` for a make-before-break successor.
@@ -105,7 +105,7 @@ class Emit:
 
 @dataclass(frozen=True, slots=True)
 class Gap:
-    """A gap marker (DESIGN.md §4.3, §5): a hole that could not be avoided, with known bounds."""
+    """A gap marker (docs/design.md §4.3, §5): a hole that could not be avoided, with known bounds."""
 
     reason: GapReason
     since_ms: int | None = None

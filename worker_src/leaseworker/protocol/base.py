@@ -1,4 +1,4 @@
-"""The upstream protocol as an adapter (DESIGN.md §4).
+"""The upstream protocol as an adapter (docs/design.md §4).
 
 A protocol knows two things: which frames the worker sends right after connecting, and how to
 turn each received frame into a `DataFrame` or an `ErrorFrame`. Decoders are Sans-I/O: they hold
@@ -26,7 +26,7 @@ class DataFrame:
 @dataclass(frozen=True, slots=True)
 class ReplayedFrame:
     """A data frame at or below the last accepted seq: an overlapping replay, dropped and
-    counted by the session, never delivered twice and never an error (DESIGN.md §4.5)."""
+    counted by the session, never delivered twice and never an error (docs/design.md §4.5)."""
 
     seq: int
 
@@ -41,7 +41,7 @@ class ErrorFrame:
 
 class ProtocolError(Exception):
     """A frame broke the protocol. The session logs it, counts it and resubscribes after the
-    last delivered seq; it never crashes the worker (DESIGN.md §4.5)."""
+    last delivered seq; it never crashes the worker (docs/design.md §4.5)."""
 
     def __init__(self, kind: ProtocolErrorKind, message: str) -> None:
         # One line, whatever the upstream sent: the message ends up in logs and `last_error`.

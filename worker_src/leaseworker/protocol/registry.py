@@ -5,7 +5,7 @@ one, carries `protocol_config` (JSON text). `build(spec)` turns that into an Ups
 raises ConfigError with one line. A third-party package adds a protocol with an entry point in
 the group `leaseworker.protocols`, named after the protocol (e.g. `atproto-firehose/1`), whose
 value is a callable `factory(spec: ProtocolSpec) -> UpstreamProtocol` that validates the config
-and raises ConfigError when it does not fit (DESIGN.md §4.2, "Plugins").
+and raises ConfigError when it does not fit (docs/design.md §4.2, "Plugins").
 """
 
 from __future__ import annotations

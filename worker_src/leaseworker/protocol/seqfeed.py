@@ -1,4 +1,4 @@
-"""`seqfeed/1`, the reference upstream protocol (DESIGN.md §4).
+"""`seqfeed/1`, the reference upstream protocol (docs/design.md §4).
 
 Client → upstream, first frame:
     {"type":"subscribe","connection_id":ID,"after_seq":N,"epoch":E,"worker_id":W}

@@ -1,4 +1,4 @@
-"""Durable, at-least-once sinks (DESIGN.md §5), chosen with SINK."""
+"""Durable, at-least-once sinks (docs/design.md §5), chosen with SINK."""
 
 from leaseworker.sinks.base import Sink, SinkError
 from leaseworker.sinks.factory import open_sink

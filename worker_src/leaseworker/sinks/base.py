@@ -1,4 +1,4 @@
-"""The sink contract (DESIGN.md §5): at-least-once, and `write` returns only once durable."""
+"""The sink contract (docs/design.md §5): at-least-once, and `write` returns only once durable."""
 
 from __future__ import annotations
 

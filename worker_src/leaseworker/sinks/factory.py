@@ -1,4 +1,4 @@
-"""Build the sink named by SINK (DESIGN.md §5): `stdout | null | file:<dir> | kinesis:<stream>`."""
+"""Build the sink named by SINK (docs/design.md §5): `stdout | null | file:<dir> | kinesis:<stream>`."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from leaseworker.sinks.stdout import StdoutSink
 
 KINESIS_CONNECT_TIMEOUT_SECONDS: Final = 2.0
 KINESIS_READ_TIMEOUT_SECONDS: Final = 5.0
-# No SDK-level retry (DESIGN.md §2d): KinesisSink owns the retry loop, asks valid() before every
+# No SDK-level retry (docs/design.md §2d): KinesisSink owns the retry loop, asks valid() before every
 # call and stops at its deadline. An SDK retry would resend a call on a fresh connection without
 # asking, while the abandoned attempt may still be on its way. Set as `total_max_attempts` (attempts):
 # botocore reads `max_attempts` as retries, and 1 there meant two attempts (review 2026-12-05, G).

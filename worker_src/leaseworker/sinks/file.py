@@ -1,4 +1,4 @@
-"""`file:<dir>`: JSON Lines at `<dir>/<worker_id>.jsonl` (DESIGN.md §5).
+"""`file:<dir>`: JSON Lines at `<dir>/<worker_id>.jsonl` (docs/design.md §5).
 
 Each write() renders the whole batch into one buffer and hands it to the kernel with os.write
 on an O_APPEND descriptor before returning. There is no await between the first and the last

@@ -1,4 +1,4 @@
-"""`kinesis:<stream>`: batched PutRecords, partition key = connection_id (DESIGN.md §5).
+"""`kinesis:<stream>`: batched PutRecords, partition key = connection_id (docs/design.md §5).
 
 write() returns only when Kinesis has accepted every record of the batch, or raises SinkError
 once `deadline_seconds` have passed (so a throttling storm cannot hold a write, and with it the
@@ -17,13 +17,13 @@ duplicates under throttling, which at-least-once allows. The result: for every c
 stream read in shard order contains its records as runs of ascending seq, where each run resumes
 at or before the point where the previous one broke. A consumer that keeps the next expected seq
 per connection and drops everything else reads a complete, in-order sequence: the same filter
-that already removes the replay duplicates of a failover (leaseworker.consumer, DESIGN.md §5).
+that already removes the replay duplicates of a failover (leaseworker.consumer, docs/design.md §5).
 
 Errors: throttling, 5xx and network errors are retried (whole call) with capped, full-jitter
 exponential backoff until the deadline. Requests that can never succeed (validation, access
 denied, missing stream, a record over 1 MiB) raise SinkError at once.
 
-Retries are the sink's alone (DESIGN.md §2d). The client must have no SDK-level retry
+Retries are the sink's alone (docs/design.md §2d). The client must have no SDK-level retry
 (`retries={"total_max_attempts": 1}`, see factory.py): an SDK retry resends a call on a new connection
 without asking whether the lease is still valid. Before every call, first or retry, `valid()` is
 asked; once it says False nothing more is sent. When the sink gives up (deadline, lease gone,

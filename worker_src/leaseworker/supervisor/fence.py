@@ -1,4 +1,4 @@
-"""The confirmed fence (DESIGN.md §2e): what the supervisor writes once waitpid saw its child die.
+"""The confirmed fence (docs/design.md §2e): what the supervisor writes once waitpid saw its child die.
 
 1. Fence the child's session item `worker#<id>` as a confirmed death. Peers treat
    `fence_kind = confirmed` as "everything it held is claimable now"; its heartbeat, were it
@@ -36,7 +36,7 @@ FENCE_CONFIRMED_UPDATE = "SET fenced_by = :by, fence_kind = :kind, fence_reason 
 # Not fenced yet (an observer's fence stands), and the item exists (never create one).
 COND_CONFIRM_FENCE = "attribute_not_exists(fenced_by) AND attribute_exists(connection_id)"
 OWNED_BY_KEY = "lease_owner = :owner"
-GSI_BY_OWNER = "by-owner"  # DESIGN.md §2b: PK lease_owner, KEYS_ONLY, sparse
+GSI_BY_OWNER = "by-owner"  # docs/design.md §2b: PK lease_owner, KEYS_ONLY, sparse
 CHECKPOINT_KEY_SUFFIX = "#ckpt"
 HINT_MESSAGE_TYPE = "connection_changed"  # the same wire form as leaseworker.notify
 HINT_BATCH_SIZE = 10  # the SendMessageBatch maximum
@@ -239,7 +239,7 @@ def encode_hint(connection_id: str) -> str:
 
 def send_hints(sqs: SQSCalls, queue_url: str, connection_ids: Sequence[str], errors: list[str]) -> int:
     """Send one hint per connection in batches of 10; returns how many connections got at least
-    one hint accepted. Failures go to `errors`: a hint is only a fast path (DESIGN.md §6).
+    one hint accepted. Failures go to `errors`: a hint is only a fast path (docs/design.md §6).
 
     The dead child's own long poll (ReceiveMessage, up to 20 s, 10 messages) may still be open
     at SQS: it would take the first hints that land and hide them for the queue's visibility

@@ -83,7 +83,7 @@ def confirm_death(
     clients: FenceClients | None,
     pid: int,
 ) -> None:
-    """The fast path of DESIGN.md §2e: fence the dead child's session, hint its connections."""
+    """The fast path of docs/design.md §2e: fence the dead child's session, hint its connections."""
     from leaseworker.supervisor.fence import FenceTarget, run_fast_path
 
     target = FenceTarget.from_environment(env)

@@ -3,7 +3,7 @@
 The model is krallin/tini (`tini.c`): the supervisor blocks the signals it cares about and takes
 them synchronously with `sigtimedwait`, so no handler can race with `waitpid`; the child gets the
 original signal mask back before `exec`. Unlike tini, the child stays in the supervisor's process
-group: killing that group is the "whole host died" case (DESIGN.md §2e), which must take the lease
+group: killing that group is the "whole host died" case (docs/design.md §2e), which must take the lease
 path, and on Linux the child also dies with SIGKILL if the supervisor itself is killed.
 
 This module imports only the standard library (and `ctypes` on Linux), so the supervisor stays
@@ -50,7 +50,7 @@ class ChildExit(NamedTuple):
 
     @property
     def clean(self) -> bool:
-        """Only status 0 means the worker finished its ordered shutdown (DESIGN.md §3, step 7).
+        """Only status 0 means the worker finished its ordered shutdown (docs/design.md §3, step 7).
 
         Everything else is a confirmed death: a signal (SIGKILL, the OOM killer, a crash in a C
         extension), a non-zero status, and also a forwarded SIGTERM that still ended non-zero.

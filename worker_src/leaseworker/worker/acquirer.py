@@ -1,4 +1,4 @@
-"""Acquire and reconcile (DESIGN.md §2a/§2.0): claim free connections up to our fair share.
+"""Acquire and reconcile (docs/design.md §2a/§2.0): claim free connections up to our fair share.
 
 Every RECONCILE_SECONDS (± RECONCILE_JITTER, so that peers started together drift apart) the
 acquirer refreshes this worker's fair share from the fleet view, hands back connections above it,

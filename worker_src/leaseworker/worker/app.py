@@ -1,4 +1,4 @@
-"""The worker: one root TaskGroup running the loops of DESIGN.md §3.
+"""The worker: one root TaskGroup running the loops of docs/design.md §3.
 
 - acquire/reconcile (`Acquirer`): claim free connections up to the fair share;
 - renewals (`LeaseKeeper`, connection mode): every lease on its own schedule and deadline;

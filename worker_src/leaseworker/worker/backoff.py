@@ -34,7 +34,7 @@ def backoff(
 HEALTHY_SECONDS = 10.0
 """A connection that stayed up this long was healthy: only then does the backoff start again.
 One record is not enough: an upstream that sends one record and drops would otherwise be
-reconnected to at the initial delay forever (DESIGN.md §3)."""
+reconnected to at the initial delay forever (docs/design.md §3)."""
 
 
 class ReconnectPacing:
@@ -76,7 +76,7 @@ def is_loopback(host: str) -> bool:
 
 
 def check_upstream_url(url: str, *, allow_insecure: bool) -> None:
-    """Raise FatalUpstreamError if `url` can never be connected to under DESIGN.md §4.1."""
+    """Raise FatalUpstreamError if `url` can never be connected to under docs/design.md §4.1."""
     try:
         parts = urlsplit(url)
         host = parts.hostname

@@ -1,4 +1,4 @@
-"""Checkpoint rounds (DESIGN.md §3 step 4, §2b): every CHECKPOINT_SECONDS, when some session's
+"""Checkpoint rounds (docs/design.md §3 step 4, §2b): every CHECKPOINT_SECONDS, when some session's
 sink-acknowledged seq advanced. Connection mode writes each advanced lease's item (owner, epoch,
 `last_seq < :seq`); session mode writes every held lease's (epoch, seq) in one checkpoint item.
 

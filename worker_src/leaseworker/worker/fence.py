@@ -1,4 +1,4 @@
-"""The self-fencing timer of one lease (DESIGN.md §2d): fires the moment its local deadline passes."""
+"""The self-fencing timer of one lease (docs/design.md §2d): fires the moment its local deadline passes."""
 
 from __future__ import annotations
 

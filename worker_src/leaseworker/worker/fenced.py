@@ -1,4 +1,4 @@
-"""The worker's one non-zero exit of its own making: its session was fenced (DESIGN.md §2.0)."""
+"""The worker's one non-zero exit of its own making: its session was fenced (docs/design.md §2.0)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The session heartbeat (DESIGN.md §2.0), in both lease modes.
+"""The session heartbeat (docs/design.md §2.0), in both lease modes.
 
 Every HEARTBEAT_SECONDS the worker increments `hb` on its session item `worker#<id>`, publishing
 its load and capacity, conditioned on not being fenced. A success moves the session's local

@@ -1,4 +1,4 @@
-"""The SQS fast path (DESIGN.md §6): act on `connection_changed` hints at once.
+"""The SQS fast path (docs/design.md §6): act on `connection_changed` hints at once.
 
 A hint for a connection we do not own is a chance to claim it (added, started, released
 elsewhere); one we have no room for is passed on (`relay`). A hint for a connection we own makes us
@@ -154,7 +154,7 @@ class Hints:
 
     async def _room_after_listing(self) -> bool:
         """Our share from a listing made now: after a handoff, the last one still counts the
-        leaving worker and its load (seen as 2-3 s handoff tails, DESIGN.md §2c L2)."""
+        leaving worker and its load (seen as 2-3 s handoff tails, docs/design.md §2c L2)."""
         listed_at = time.monotonic()
         if self._refresh_peers is None or not await self._refresh_peers():
             return False

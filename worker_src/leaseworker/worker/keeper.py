@@ -1,4 +1,4 @@
-"""Connection-mode renewals (DESIGN.md §2a): every lease on its own schedule, pipelined.
+"""Connection-mode renewals (docs/design.md §2a): every lease on its own schedule, pipelined.
 
 A renewal is sent every HEARTBEAT_SECONDS after the previous one was SENT, whether or not that
 one has answered: renewals of one lease are pipelined (up to MAX_IN_FLIGHT per lease). Each one

@@ -1,4 +1,4 @@
-"""Watching the other workers' sessions (DESIGN.md §2.0, §2b, §2e), in both lease modes.
+"""Watching the other workers' sessions (docs/design.md §2.0, §2b, §2e), in both lease modes.
 
 Every HEARTBEAT_SECONDS: list the session items (O(workers) small reads), judge each peer on our
 own monotonic clock (`liveness.Observer`), fence a peer whose counter stood still for

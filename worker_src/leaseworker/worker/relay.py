@@ -1,4 +1,4 @@
-"""Passing a `connection_changed` hint on to a peer with room (DESIGN.md §6), boundedly.
+"""Passing a `connection_changed` hint on to a peer with room (docs/design.md §6), boundedly.
 
 One shared queue hands each message to one consumer. A worker that learns of a claimable
 connection it has no room for (a hint landed on it while full, or a dead peer's connection it

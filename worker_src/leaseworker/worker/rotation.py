@@ -1,4 +1,4 @@
-"""Make-before-break rotation (`lifetime.max_age_s`, DESIGN.md §4.2): the successor socket.
+"""Make-before-break rotation (`lifetime.max_age_s`, docs/design.md §4.2): the successor socket.
 
 A feed that cuts its sockets at a fixed age (Binance at 24 h) is rotated before it does: a new
 socket is opened and its open steps (auth, subscribe, ack) are done while the old one still

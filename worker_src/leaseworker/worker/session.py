@@ -1,7 +1,7 @@
 """One session task per owned connection: connect, run the protocol's open steps, deliver.
 
 The session never decides ownership; it obeys it. Before every sink write it checks the lease's
-local monotonic deadline (DESIGN.md §2d), and a timer aborts the socket the instant that deadline
+local monotonic deadline (docs/design.md §2d), and a timer aborts the socket the instant that deadline
 passes, so a worker that wakes from a pause past its deadline delivers nothing. Checkpoints are
 written by the worker's checkpoint loop from `delivered_seq` and `delivered_cursor`, which only
 move after the sink has acknowledged (by the accepted prefix when the sink took only part of a
@@ -13,7 +13,7 @@ gives a Sans-I/O adapter per socket, and the session performs the adapter's acti
 `last_seq`, and a record's `seq` is that counter minus the protocol's `seq_base` (seqfeed/1: the
 upstream's own seq; generic/1: 0, 1, 2, … in each epoch).
 
-Nothing an upstream does ends a session (L3, DESIGN.md §2c): a close at any point, a frame that
+Nothing an upstream does ends a session (L3, docs/design.md §2c): a close at any point, a frame that
 breaks the protocol, a refusal or a failed connect is a reconnect with backoff, and the reason goes
 to `last_error`. The backoff starts again only after a connection stayed up HEALTHY_SECONDS.
 Repeated failures at the same position (protocol errors, error frames, auth refusals, crashes:

@@ -1,4 +1,4 @@
-"""How a connection's session ends in the table: released, marked failed, or lost (DESIGN.md §3).
+"""How a connection's session ends in the table: released, marked failed, or lost (docs/design.md §3).
 
 A lost lease is normally someone else's already (taken over, or our session fenced). One case
 is not: in session mode a connection item is held by our session item, not by an expiring

@@ -1,4 +1,4 @@
-"""`generic/1`: a declarative, Sans-I/O adapter for real feeds (DESIGN.md §4.2).
+"""`generic/1`: a declarative, Sans-I/O adapter for real feeds (docs/design.md §4.2).
 
 Modules, by what each owns: `pointers` (RFC 6901), `templates` (rendering, `redact_url`),
 `model` (the frozen config), `checks` and `config` (validation, `parse_config`), `decode`

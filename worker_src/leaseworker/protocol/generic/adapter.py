@@ -1,4 +1,4 @@
-"""`generic/1` (DESIGN.md §4.2): a feed described by data, run by one Sans-I/O socket adapter.
+"""`generic/1` (docs/design.md §4.2): a feed described by data, run by one Sans-I/O socket adapter.
 
 GenericProtocol is built once per session from the validated config; each socket gets a
 GenericSocket, which turns the socket's events into actions (protocol/adapter.py):

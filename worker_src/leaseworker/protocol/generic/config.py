@@ -1,4 +1,4 @@
-"""The `generic/1` config (DESIGN.md §4.2): a frozen typed model, validated with one-line errors.
+"""The `generic/1` config (docs/design.md §4.2): a frozen typed model, validated with one-line errors.
 
 `parse_config(obj)` takes the parsed JSON object (or its JSON text) and returns GenericConfig,
 or raises ConfigError naming the field's JSON path (`frames.classify[2].action`) and the rule.

@@ -45,7 +45,7 @@ class Records:
         self._config = config
         self._positions = Positions(config.cursor, config.gaps, context.resume)
         self._dedup: dict[str, None] = {}  # insertion-ordered: the oldest id is the first
-        # A feed that cannot replay marks every socket's start (DESIGN.md §4.3), held until the
+        # A feed that cannot replay marks every socket's start (docs/design.md §4.3), held until the
         # socket's first record so that it bounds the hole on both sides.
         self._marker: Gap | None = None
         if not config.cursor.replayable:

@@ -1,4 +1,4 @@
-"""The `generic/1` config as a frozen typed model (DESIGN.md §4.2); `config.parse_config` builds
+"""The `generic/1` config as a frozen typed model (docs/design.md §4.2); `config.parse_config` builds
 it from JSON. Defaults live here, once: the section a config leaves out takes these values.
 Pointers and templates are already parsed, so a socket only resolves and renders them."""
 

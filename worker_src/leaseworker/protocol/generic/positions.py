@@ -11,7 +11,7 @@ previous position came from:
 - from the resume cursor, on a feed that replays: `cursor_too_old` (the upstream no longer
   holds what follows our cursor; reconnecting would not help);
 - from the resume cursor, on a feed that cannot replay: no hole of its own, as the socket's
-  connect marker (DESIGN.md §4.3) already covers it.
+  connect marker (docs/design.md §4.3) already covers it.
 Cursors compare as numbers when both are numbers, otherwise as strings.
 """
 

@@ -1,4 +1,4 @@
-"""`generic/1` templates (DESIGN.md §4.2): the URL, the headers and the frames a socket sends.
+"""`generic/1` templates (docs/design.md §4.2): the URL, the headers and the frames a socket sends.
 
 Tags: `{{cursor}}`, `{{connection_id}}`, `{{epoch}}`, `{{worker_id}}`, `{{msg_id}}`,
 `{{env:NAME}}`, `{{secret:NAME#KEY}}`, and the section `{{#cursor}}…{{/cursor}}`, rendered only

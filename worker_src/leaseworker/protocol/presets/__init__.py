@@ -1,4 +1,4 @@
-"""Shipped presets: real feeds as `generic/1` configs with parameters (DESIGN.md §4.2 "Presets").
+"""Shipped presets: real feeds as `generic/1` configs with parameters (docs/design.md §4.2 "Presets").
 
 A preset is data, not code (STYLE.md 17): one YAML file beside this module per feed, holding
 
