@@ -13,9 +13,16 @@ import sys
 
 import click
 
-from leaseworker.cli.errors import run_async, translate
+from leaseworker.cli.errors import CliError, run_async, translate
 from leaseworker.cli.main import cli, resolve_target, target_options
 from leaseworker.settings import Settings, SettingsError, load_settings
+from leaseworker.supervisor.process import EXIT_NOT_STARTED
+
+
+class NotStarted(CliError):
+    """One line on stderr, exit 78: the lease table cannot be used (worker/start_check.py)."""
+
+    exit_code = EXIT_NOT_STARTED
 
 
 def child_argv() -> list[str]:
@@ -74,5 +81,9 @@ def _validated(sink: str | None, worker_id: str | None, *, table: str, endpoint:
 async def _run(sink: str | None, worker_id: str | None) -> None:
     settings = load_settings(sink=sink, worker_id=worker_id)
     from leaseworker.worker.main import run_worker  # the worker's stack: only in the child
+    from leaseworker.worker.start_check import StartRefused
 
-    await run_worker(settings)
+    try:
+        await run_worker(settings)
+    except StartRefused as refused:
+        raise NotStarted(str(refused)) from None

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from leaseworker.supervisor.process import (
+    EXIT_NOT_STARTED,
     ChildExit,
     SpawnError,
     block_watched_signals,
@@ -69,7 +70,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     clients = _preload_clients(environment) if preload else None
     ended = wait_for_exit(pid)
     observed_at = time.monotonic()
-    if ended.clean:
+    if ended.clean or ended.code == EXIT_NOT_STARTED:
+        # Not started: the worker printed why and wrote no session item, so nothing is fenced;
+        # its status is ours, and ECS shows it (the supervisor never restarts a child).
         return ended.status
     confirm_death(ended, environment, observed_at=observed_at, clients=clients, pid=pid)
     return ended.status

@@ -29,6 +29,9 @@ REAP_INTERVAL_SECONDS = 1.0
 _RESET_IN_CHILD = (signal.SIGPIPE, signal.SIGXFSZ)
 _PR_SET_PDEATHSIG = 1
 EXIT_SPAWN_FAILED = 127  # the shells' "command not found / not executable"
+# The worker refused to start (its lease table is missing or unreachable, worker/start_check.py)
+# before it wrote anything: there is no session to fence. 78 is sysexits' EX_CONFIG.
+EXIT_NOT_STARTED = 78
 
 
 class ChildExit(NamedTuple):

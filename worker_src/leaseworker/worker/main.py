@@ -32,6 +32,7 @@ from leaseworker.unsafe import apply_from_environment as apply_unsafe_test_switc
 from leaseworker.worker.app import Coordination, Worker
 from leaseworker.worker.ecs import ecs_task_arn
 from leaseworker.worker.session import SessionDeps
+from leaseworker.worker.start_check import check_lease_table
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb import DynamoDBClient
@@ -48,13 +49,17 @@ async def build_worker(
     metrics_stream: TextIO | None = None,
     sink: Sink | None = None,
     wrap_dynamodb: Callable[[DynamoDBClient], DynamoDBClient] | None = None,
+    check_table: bool = False,
 ) -> tuple[Worker, WorkerMetrics]:
     """Open every client once, in `stack`, and assemble the worker from them.
 
     `sink` replaces the one SINK names (tests inject faulty sinks this way); `wrap_dynamodb`
-    wraps the lease client (tests inject lost replies this way)."""
+    wraps the lease client (tests inject lost replies this way). `check_table` first proves the
+    lease table usable, or raises StartRefused within START_CHECK_SECONDS (worker/start_check.py)."""
     session = aioboto3.Session()
     ddb = await dynamodb_client(stack, session, settings)
+    if check_table:
+        await check_lease_table(ddb, settings)
     if wrap_dynamodb is not None:
         ddb = wrap_dynamodb(ddb)
     sink = sink or await open_sink(
@@ -160,7 +165,7 @@ async def run_worker(settings: Settings) -> None:
     try:
         async with asyncio.timeout(None) as deadline:
             async with AsyncExitStack() as stack:
-                worker, _ = await build_worker(settings, stack)
+                worker, _ = await build_worker(settings, stack, check_table=True)
                 armed = asyncio.create_task(_arm_deadline(stop, deadline, settings))
                 try:
                     await worker.run(stop)  # WorkerFenced passes through as it is, for the CLI
