@@ -153,6 +153,9 @@ def test_metric_names_match_the_design() -> None:
         "LeasesRepaired",
         "GapsMarked",
         "GapSeconds",
+        # Issue 24: connects that waited for their host's fleet-wide budget, and how long.
+        "ConnectsDeferred",
+        "BudgetWaitSeconds",
     }
 
 

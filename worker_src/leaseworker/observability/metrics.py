@@ -85,6 +85,8 @@ class MetricName(StrEnum):
     LeasesRepaired = "LeasesRepaired"
     GapsMarked = "GapsMarked"  # gap markers delivered: holes a feed that cannot replay could not avoid
     GapSeconds = "GapSeconds"  # each marker's known width (until_ms - since_ms), in seconds
+    ConnectsDeferred = "ConnectsDeferred"  # connects that waited for their host's budget (worker/budget.py)
+    BudgetWaitSeconds = "BudgetWaitSeconds"  # each deferred connect's wait for a token
 
 
 MetricKind = Literal["counter", "observation", "gauge"]
@@ -108,6 +110,8 @@ METRIC_KINDS: dict[MetricName, MetricKind] = {
     MetricName.ProtocolErrors: "counter",
     MetricName.GapsMarked: "counter",
     MetricName.GapSeconds: "observation",
+    MetricName.ConnectsDeferred: "counter",
+    MetricName.BudgetWaitSeconds: "observation",
     MetricName.ReplaysDropped: "counter",
     MetricName.CheckpointLagSeq: "observation",
     MetricName.LeasesRepaired: "counter",

@@ -13,6 +13,7 @@ import aioboto3
 
 from leaseworker.aws import dynamodb_client, sqs_client
 from leaseworker.health import HealthFile
+from leaseworker.lease.budget_store import BudgetStore
 from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.liveness import SessionValidity
@@ -30,6 +31,7 @@ from leaseworker.sinks.base import Sink
 from leaseworker.sinks.factory import open_sink
 from leaseworker.unsafe import apply_from_environment as apply_unsafe_test_switches
 from leaseworker.worker.app import Coordination, Worker
+from leaseworker.worker.budget import ConnectBudgets
 from leaseworker.worker.ecs import ecs_task_arn
 from leaseworker.worker.session import SessionDeps
 from leaseworker.worker.start_check import check_lease_table
@@ -93,6 +95,7 @@ async def build_worker(
         metrics=metrics,
         tracing=tracing,
         references=ReferenceResolver(_LazySecretsClient(stack, session, settings)),
+        budgets=ConnectBudgets(BudgetStore(ddb, settings.table_name), metrics),
     )
     health = HealthFile.from_env()  # what `leaseworker health` (the container's check) reads
     worker = Worker(

@@ -44,6 +44,7 @@ from leaseworker.settings import Settings
 from leaseworker.sinks.base import Sink, SinkError, writes_at_once
 from leaseworker.worker.backoff import FatalUpstreamError, ReconnectPacing
 from leaseworker.worker.batch import Batch
+from leaseworker.worker.budget import ConnectBudgets
 from leaseworker.worker.failures import FailureRecorder, RecordFailure
 from leaseworker.worker.fence import LeaseFence
 from leaseworker.worker.references import NoReferences, References
@@ -74,6 +75,7 @@ class SessionDeps:
     metrics: WorkerMetrics
     tracing: Tracing
     references: References = field(default_factory=NoReferences)
+    budgets: ConnectBudgets | None = None  # the fleet's connect budgets per host (worker/budget.py)
 
 
 class _SinkFailed(Exception):

@@ -37,7 +37,7 @@ from leaseworker.protocol.adapter import (
     SocketAdapter,
     SocketContext,
 )
-from leaseworker.worker import upstream
+from leaseworker.worker import connect_budget, upstream
 from leaseworker.worker.backoff import ReconnectPacing, check_upstream_url, is_fatal
 from leaseworker.worker.batch import BATCH_LINGER_SECONDS, frame_size
 from leaseworker.worker.rotation import close_socket, open_successor
@@ -124,6 +124,9 @@ class SocketRun:
         adapter = self._adapter(values, self._resume(s.open_reason))
         request = adapter.connect_request()
         check_upstream_url(request.display_url, allow_insecure=s.settings.allow_insecure_ws)
+        limit = connect_budget.limit_of(s, request.url)
+        if not await connect_budget.wait_for_token(s, limit):
+            raise Stop(s.ending())
         with s.deps.tracing.span("session.connect", connection_id=s.lease.connection_id, epoch=s.lease.epoch):
             try:
                 ws = await upstream.open_unless_stopped(request, s.stop_requested)
@@ -132,6 +135,7 @@ class SocketRun:
                     raise Stop(SessionResult(Outcome.FAILED, f"{type(error).__name__}: {error}")) from None
                 status = upstream.refusal_status(error)
                 if status is not None:
+                    await connect_budget.obey_refusal(s, limit, status, upstream.refusal_retry_after(error))
                     try:
                         await self._perform(
                             None, adapter, adapter.on_close(None, f"HTTP {status}", _wall_ms())
@@ -335,6 +339,9 @@ class SocketRun:
         """Make before break: the successor is subscribed before the old socket closes. If it
         cannot be (it did not open, or its open steps failed), the old socket carries on."""
         s = self.s
+        limit = connect_budget.limit_of(s, self._display_url)
+        if limit is not None and not await connect_budget.wait_for_token(s, limit, rotation=True):
+            return old, old_adapter
         successor = await open_successor(s, lambda values: self._adapter(values, self._resume("rotation")))
         if successor is None:
             return old, old_adapter

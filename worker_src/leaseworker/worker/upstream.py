@@ -23,6 +23,8 @@ flow control, then into the upstream: memory stays bounded.
 from __future__ import annotations
 
 import asyncio
+import time
+from email.utils import parsedate_to_datetime
 from typing import Final
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -81,6 +83,24 @@ def refusal_status(error: BaseException) -> int | None:
     if isinstance(error, InvalidStatus):
         return error.response.status_code
     return None
+
+
+def refusal_retry_after(error: BaseException) -> float | None:
+    """A refused upgrade's Retry-After in seconds (delta-seconds or an HTTP date), else None."""
+    if not isinstance(error, InvalidStatus):
+        return None
+    value = error.response.headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value.strip()))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 def protocol_close(closed: ConnectionClosed) -> str | None:
