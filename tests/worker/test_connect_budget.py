@@ -9,6 +9,8 @@ import time
 
 from types_aiobotocore_dynamodb import DynamoDBClient
 
+from leaseworker.chaos.observe import effective_reading
+from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.budget_store import HOLD_MS, SLACK_MS, BudgetStore, now_ms
 from leaseworker.observability.metrics import WorkerMetrics
 from leaseworker.worker.budget import COLD, URGENT, ConnectBudgets, Limit, priority_of
@@ -106,3 +108,12 @@ def test_host_key_is_host_and_port() -> None:
     assert host_key("wss://Stream.Binance.com:9443/ws?x=1") == "stream.binance.com:9443"
     assert host_key("wss://ws-feed.exchange.coinbase.com") == "ws-feed.exchange.coinbase.com:443"
     assert host_key("ws://127.0.0.1:8080/feed") == "127.0.0.1:8080"
+
+
+async def test_budget_items_are_neither_connections_nor_sessions(ddb: DynamoDBClient, table: str) -> None:
+    """`budget#<host>` is a reserved key: listings and the chaos readings skip it."""
+    assert (await BudgetStore(ddb, table).take(HOST, 1, count=10, seconds=10, urgent=False)).tokens == 1
+    connections, sessions = await LeaseTableAdmin(ddb, table).snapshot()
+    assert connections == [] and sessions == {}
+    items = (await ddb.scan(TableName=table, ConsistentRead=True))["Items"]
+    assert len(items) == 1 and effective_reading(items, now_ms()).checkpoints == {}

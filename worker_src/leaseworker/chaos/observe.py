@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from leaseworker.lease.checkpoint_store import entries_from
+from leaseworker.lease.model import RESERVED_KEY_PREFIXES
 from leaseworker.local.fleet import TABLE, Fleet
 from leaseworker.local.services import local_dynamodb
 from leaseworker.supervisor.process import child_pids
@@ -65,7 +66,7 @@ def effective_reading(items: list[dict[str, Any]], t_ms: int) -> TableReading:
             reading.sessions[holder] = (hb, "fenced_by" in item)
     for item in items:
         cid = item["connection_id"]["S"]
-        if cid.startswith(WORKER_PREFIX) or "removed_at_ms" in item:
+        if cid.startswith(RESERVED_KEY_PREFIXES) or "removed_at_ms" in item:
             continue
         owner = item.get("lease_owner", {}).get("S")
         epoch = int(item.get("lease_epoch", {}).get("N", "0"))

@@ -30,8 +30,9 @@ from typing import Any, Final
 
 import aioboto3
 
-from leaseworker.chaos.observe import WORKER_PREFIX, checkpoint_item_worker
+from leaseworker.chaos.observe import checkpoint_item_worker
 from leaseworker.lease.checkpoint_store import entries_from
+from leaseworker.lease.model import RESERVED_KEY_PREFIXES
 from leaseworker.local.fleet import TABLE
 from leaseworker.local.services import LOCAL_CLIENT_OPTIONS, local_dynamodb
 
@@ -116,7 +117,7 @@ def _effective_losses(records: Sequence[Record]) -> Iterator[str]:
                     )
             entries[worker] = after
             continue
-        if key.startswith(WORKER_PREFIX) or new is None or "removed_at_ms" in new:
+        if key.startswith(RESERVED_KEY_PREFIXES) or new is None or "removed_at_ms" in new:
             items.pop(key, None)
             continue
         before = effective(key) if key in items else None
@@ -152,7 +153,7 @@ def _regressions(records: Sequence[Record]) -> Iterator[str]:
                         f"S3 {cid}: {worker}'s batched checkpoint at epoch {epoch} "
                         f"written back from {entry[1]} to {seq}"
                     )
-        elif not key.startswith(WORKER_PREFIX) and "last_seq" in old and "last_seq" in new:
+        elif not key.startswith(RESERVED_KEY_PREFIXES) and "last_seq" in old and "last_seq" in new:
             was, now = int(old["last_seq"]["N"]), int(new["last_seq"]["N"])
             if now < was:
                 epoch = new.get("lease_epoch", {}).get("N", "?")

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from botocore.exceptions import ClientError
 
 from leaseworker.lease.attribute_values import failed_item, purge_at
+from leaseworker.lease.model import BUDGET_KEY_PREFIX
 from leaseworker.lease.store import CONDITION_FAILED, call_with_deadline
 
 if TYPE_CHECKING:
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-BUDGET_KEY_PREFIX: Final = "budget#"
 HOLD_MS: Final = 1_000  # a cached token unused this long after its grant is dropped
 SLACK_MS: Final = 500  # connect latency (the upgrade reaches the upstream after the take) and clocks
 MAX_RACES: Final = 8  # lost conditions in one take before it reports "try again shortly"
