@@ -87,24 +87,14 @@ TTL_ATTRIBUTE = "purge_at"  # the workers' own items expire through it (docs/des
 # A new item, or a tombstone (it carries `removed_at_ms`) to resurrect.
 COND_ADDABLE = "attribute_not_exists(connection_id) OR attribute_exists(removed_at_ms)"
 
-# `add`: a new item (STARTED, or STOPPED from `connections apply`), or a tombstone resurrected
-# with its epoch kept.
+# `add`: a new item, or a tombstone resurrected with its epoch kept.
 # The protocol attributes are set when given and removed when not, as is the checkpoint cursor:
 # a re-added id starts from no checkpoint (docs/design.md §4).
 UPDATE_ADD = (
-    "SET desired_state = :state, ws_url = :url, last_seq = :none, lease_expires_at_ms = :zero, "
+    "SET desired_state = :started, ws_url = :url, last_seq = :none, lease_expires_at_ms = :zero, "
     "failures = :zero, updated_at_ms = :now, lease_epoch = if_not_exists(lease_epoch, :zero), "
     "protocol = :protocol{config}{preset} "
     "REMOVE removed_at_ms, last_error, lease_owner, #cursor{no_config}{no_preset}"
-)
-
-
-# `connections apply` changing a live connection's feed and desired state in one write. Only
-# these attributes: the lease (owner, epoch, expiry) and the checkpoint are the workers'. The
-# owner keeps the feed it acquired until the connection is next acquired (a lease carries it).
-UPDATE_FEED = (
-    "SET desired_state = :state, ws_url = :url, protocol = :protocol, updated_at_ms = :now"
-    "{config}{preset}{remove}"
 )
 
 
@@ -218,17 +208,15 @@ class LeaseTableAdmin:
         protocol: str = DEFAULT_PROTOCOL,
         protocol_config: str | None = None,
         preset: str | None = None,
-        state: str = STARTED,
     ) -> None:
-        """A new connection (STARTED unless `state` says otherwise); over a tombstone, the same id
-        again with its epoch kept.
+        """A new STARTED connection; over a tombstone, the same id again with its epoch kept.
 
         `protocol_config` is JSON text the caller has validated (cli/feeds.py); `url` is then the
         config's URL template, shown by `list` (its secrets are references, not values)."""
         check_connection_id(connection_id)
         check_ws_url(url)
         values: dict[str, Any] = {
-            ":state": {"S": _desired(state)},
+            ":started": {"S": STARTED},
             ":url": {"S": url},
             ":none": {"N": str(NO_CHECKPOINT)},
             # 0, not absent: new connections must appear in the by-state-expiry GSI.
@@ -257,43 +245,6 @@ class LeaseTableAdmin:
             ),
             on_condition_failed=ConnectionExists(f"connection {connection_id!r} already exists"),
         )
-
-    async def update_feed(
-        self,
-        connection_id: str,
-        url: str,
-        *,
-        protocol: str,
-        protocol_config: str | None,
-        preset: str | None,
-        state: str,
-    ) -> None:
-        """Set a live connection's feed and desired state (`connections apply`), as one write
-        conditioned on the connection existing; its lease and checkpoint are left alone. Starting
-        clears a recorded failure, as `start` does. UnknownConnection if it is absent."""
-        check_connection_id(connection_id)
-        check_ws_url(url)
-        values: dict[str, Any] = {
-            ":state": {"S": _desired(state)},
-            ":url": {"S": url},
-            ":protocol": {"S": protocol},
-            ":now": {"N": str(now_ms())},
-        }
-        if protocol_config is not None:
-            values[":config"] = {"S": protocol_config}
-        if preset is not None:
-            values[":preset"] = {"S": preset}
-        removed = [
-            *(["last_error"] if state == STARTED else []),
-            *([] if protocol_config is not None else ["protocol_config"]),
-            *([] if preset is not None else ["preset"]),
-        ]
-        update = UPDATE_FEED.format(
-            config=", protocol_config = :config" if protocol_config is not None else "",
-            preset=", preset = :preset" if preset is not None else "",
-            remove=f" REMOVE {', '.join(removed)}" if removed else "",
-        )
-        await self._existing(connection_id, update, values)
 
     async def set_desired_state(self, connection_id: str, state: str) -> None:
         check_connection_id(connection_id)
@@ -471,12 +422,6 @@ class LeaseTableAdmin:
     async def describe(self) -> None:
         """Raise TableMissing if the table does not exist."""
         await self._run(self._client.describe_table(TableName=self._table))
-
-
-def _desired(state: str) -> str:
-    if state not in (STARTED, STOPPED):
-        raise ValueError(f"invalid desired state {state!r}: must be {STARTED} or {STOPPED}")
-    return state
 
 
 def with_checkpoint(
