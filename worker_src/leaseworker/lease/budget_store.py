@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 HOLD_MS: Final = 1_000  # a cached token unused this long after its grant is dropped
-SLACK_MS: Final = 500  # connect latency (the upgrade reaches the upstream after the take) and clocks
+SLACK_MS: Final = 1_000  # connect latency (the upgrade reaches the upstream after the take) and clocks
 MAX_RACES: Final = 8  # lost conditions in one take before it reports "try again shortly"
 
 

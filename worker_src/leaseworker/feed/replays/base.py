@@ -35,6 +35,8 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from leaseworker.feed.replays.limits import ConnectLimit
+
 HOST: Final = "127.0.0.1"  # a replay binds to loopback only
 CLOSE_TIMEOUT: Final = 1.0
 MAX_TICK: Final = 0.05  # the longest a pump sleeps between two looks at the stream's head
@@ -200,6 +202,7 @@ class ReplayServer:
         ping_interval: float | None = 20.0,
         ping_timeout: float | None = 20.0,
         max_age_s: float | None = None,
+        connect_limit: ConnectLimit | None = None,
         **options: Any,
     ) -> None:
         from leaseworker.feed.replays import load_feeds
@@ -214,6 +217,7 @@ class ReplayServer:
         self.t0_wall_ms = wall_ms()
         self.ledger = Ledger()
         self.max_age_s = max_age_s
+        self.connect_limit = connect_limit  # limits.py: 429, then a 418 ban, beyond it
         self._port = port
         self._ping = (ping_interval, ping_timeout)
         self._numbers = itertools.count(1)
@@ -287,6 +291,8 @@ class ReplayServer:
 
     def _process_request(self, ws: ServerConnection, request: Request) -> Response | None:
         refusal = self.feed.refuse(request)
+        if refusal is None and self.connect_limit is not None:
+            refusal = self.connect_limit.admit()
         if refusal is not None:
             self.ledger.add(Entry("refused", wall_ms(), 0, code=refusal.status_code, message=request.path))
         return refusal
