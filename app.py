@@ -18,7 +18,7 @@ from stacks.config import ConfigError, load_config
 def main() -> int:
     app = App()
     try:
-        config = load_config(app.node.try_get_context)
+        config = load_config(app.node.try_get_context, app.node.get_all_context())
     except ConfigError as error:
         print(error, file=sys.stderr)
         return 1

@@ -14,15 +14,17 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
+from stacks.context_keys import check_context_keys
 from stacks.context_values import (
     ACCOUNT_PATTERN,
     NAMESPACE_PATTERN,
     REGION_PATTERN,
     ConfigError,
+    parse_bool,
     parse_choice,
     parse_int,
     parse_optional_email,
@@ -36,6 +38,7 @@ __all__ = ["ConfigError", "LeaseworkerConfig", "load_config"]
 Stage = Literal["dev", "prod"]
 LeaseMode = Literal["connection", "session"]
 SinkKind = Literal["kinesis", "null", "stdout"]
+CpuArchitecture = Literal["x86_64", "arm64"]
 
 # The Fargate ceiling for a container's stopTimeout (ECS ContainerDefinition.stopTimeout).
 FARGATE_MAX_STOP_TIMEOUT_SECONDS = 120
@@ -56,7 +59,6 @@ VPC_MAX_AZS = 2
 
 # The lease modes this worker version runs. `leaseMode` parses both values of docs/design.md §7,
 # but synth refuses a mode the worker cannot run (it would deploy a crash-looping service).
-# Enabling session mode is this one line: ("connection", "session").
 SUPPORTED_LEASE_MODES: tuple[LeaseMode, ...] = ("connection", "session")
 # Session mode keeps a worker's checkpoints in one 400 KB item: the worker refuses more
 # MAX_CONNECTIONS than it can hold (leaseworker.lease.checkpoint_store.MAX_ENTRIES_PER_ITEM;
@@ -92,6 +94,27 @@ SECRET_ITEM_RULE = (
 )
 SECRET_LIST_RULE = "must be a JSON list or a comma-separated string of secret names or ARNs"
 
+# Prod runs at least this many tasks unless allowSingleTaskProd=true: one task is one AZ, and a
+# crash, a host retirement or a deploy would orphan every connection at once.
+PROD_MIN_TASKS = 2
+DEV_MIN_TASKS = 1
+
+# Kinesis data retention (hours): the service's bounds, and the stage defaults (prod: a week,
+# so a consumer outage over a weekend loses nothing).
+KINESIS_RETENTION_BOUNDS = (24, 8760)
+DEV_KINESIS_RETENTION_HOURS = 24
+PROD_KINESIS_RETENTION_HOURS = 168
+
+# The ADOT collector sidecar, pinned by the digest of its multi-architecture (amd64 + arm64)
+# index, so a re-pushed tag can never change what runs. Any override must be pinned the same way
+# (e.g. the same digest through an ECR pull-through cache). Digest checked against several
+# independent public pins of v0.49.0, not pulled here (no registry access at synth).
+COLLECTOR_IMAGE = (
+    "public.ecr.aws/aws-observability/aws-otel-collector:v0.49.0"
+    "@sha256:d2bdfff2c377c3d71d78bd5d9ce9862fd535b12134a5739d87a07801297cf9fd"
+)
+DIGEST_PINNED_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9._-]{1,128})?@sha256:[0-9a-f]{64}")
+
 # The `project` tag on every resource.
 PROJECT_TAG = "leaseworker"
 # The Powertools `service` dimension the worker's EMF metrics carry (POWERTOOLS_SERVICE_NAME).
@@ -118,13 +141,20 @@ class LeaseworkerConfig:
     stop_timeout_seconds: int = 60
     metrics_seconds: int = 30
     sink: SinkKind = "kinesis"
-    # Fleet and network.
-    min_tasks: int = 1
-    # 3 x 700 = 2,100 connections stays under the connection-mode ceiling (2,500 at a 5 s
-    # heartbeat); see GSI_RENEWALS_PER_SECOND_CEILING.
+    # None: the stage's default, see `stream_retention_hours` (dev 24, prod 168).
+    kinesis_retention_hours: int | None = None
+    # Fleet and network. minTasks absent from the context: dev 1, prod PROD_MIN_TASKS (load_config).
+    min_tasks: int = DEV_MIN_TASKS
+    allow_single_task_prod: bool = False
+    # 10 x 700 = 7,000 connections. Session mode (the default) has no index ceiling; connection
+    # mode refuses a fleet above 500 x heartbeatSeconds (see GSI_RENEWALS_PER_SECOND_CEILING).
     max_tasks: int = 10
     task_cpu: int = 512
     task_memory_mib: int = 1024
+    # Graviton (arm64) is about 20 % cheaper per vCPU-hour; the image is pure Python on
+    # manylinux wheels built for both (docs/cost.md).
+    cpu_architecture: CpuArchitecture = "x86_64"
+    collector_image: str = COLLECTOR_IMAGE
     # None: the stage's default, see `nat_gateway_count` (dev 1, prod one per AZ).
     nat_gateways: int | None = None
     # Autoscaling on the average of ActiveConnections per task.
@@ -150,6 +180,13 @@ class LeaseworkerConfig:
         if self.nat_gateways is not None:
             return self.nat_gateways
         return VPC_MAX_AZS if self.is_prod else 1
+
+    @property
+    def stream_retention_hours(self) -> int:
+        """kinesisRetentionHours if given, else a week in prod and the 24 h minimum in dev."""
+        if self.kinesis_retention_hours is not None:
+            return self.kinesis_retention_hours
+        return PROD_KINESIS_RETENTION_HOURS if self.is_prod else DEV_KINESIS_RETENTION_HOURS
 
     @property
     def max_fleet_connections(self) -> int:
@@ -262,10 +299,31 @@ PARAMETERS: tuple[Parameter, ...] = (
         lambda n, r: parse_choice(n, r, ("kinesis", "null", "stdout")),
         "kinesis | null | stdout",
     ),
-    Parameter("minTasks", "min_tasks", parse_positive, ">= 1"),
+    Parameter(
+        "kinesisRetentionHours",
+        "kinesis_retention_hours",
+        parse_int,
+        f"{KINESIS_RETENTION_BOUNDS[0]}..{KINESIS_RETENTION_BOUNDS[1]}; default: dev 24, prod 168",
+    ),
+    Parameter("minTasks", "min_tasks", parse_positive, f">= 1; default: dev 1, prod {PROD_MIN_TASKS}"),
+    Parameter("allowSingleTaskProd", "allow_single_task_prod", parse_bool, "true to let prod run minTasks=1"),
     Parameter("maxTasks", "max_tasks", parse_positive, ">= minTasks"),
     Parameter("taskCpu", "task_cpu", parse_int, "a Fargate cpu size"),
     Parameter("taskMemoryMiB", "task_memory_mib", parse_int, "a Fargate memory size for taskCpu"),
+    Parameter(
+        "cpuArchitecture",
+        "cpu_architecture",
+        lambda n, r: parse_choice(n, r, ("x86_64", "arm64")),
+        "x86_64 | arm64 (Graviton)",
+    ),
+    Parameter(
+        "collectorImage",
+        "collector_image",
+        lambda n, r: parse_pattern(
+            n, r, DIGEST_PINNED_IMAGE, "must be an image pinned by digest: REPOSITORY[:TAG]@sha256:<64 hex>"
+        ),
+        "an image reference pinned by digest",
+    ),
     Parameter("natGateways", "nat_gateways", parse_int, f"1..{VPC_MAX_AZS}; default: dev 1, prod one per AZ"),
     Parameter(
         "scaleTargetConnections", "scale_target_connections", parse_positive, "<= maxConnectionsPerTask"
@@ -336,7 +394,21 @@ def validate(config: LeaseworkerConfig) -> LeaseworkerConfig:
     # Target tracking scales on a metric the workers emit: with zero tasks there is no data
     # and the service could never scale out again, so at least one task always runs.
     _check(c.min_tasks >= 1, c, "min_tasks", "must be >= 1")
+    _check(
+        not c.is_prod or c.min_tasks >= PROD_MIN_TASKS or c.allow_single_task_prod,
+        c,
+        "min_tasks",
+        f"prod runs at least {PROD_MIN_TASKS} tasks (one task orphans every connection while it is "
+        "replaced); pass -c allowSingleTaskProd=true to run fewer on purpose",
+    )
     _check(c.max_tasks >= c.min_tasks, c, "max_tasks", f"must be >= minTasks ({c.min_tasks})")
+    low, high = KINESIS_RETENTION_BOUNDS
+    _check(
+        low <= c.stream_retention_hours <= high,
+        c,
+        "kinesis_retention_hours",
+        f"must be between {low} and {high} hours (Kinesis Data Streams' retention limits)",
+    )
     _check(
         c.task_cpu in FARGATE_TASK_SIZES,
         c,
@@ -394,17 +466,29 @@ def validate(config: LeaseworkerConfig) -> LeaseworkerConfig:
     return c
 
 
-def load_config(get_context: Callable[[str], Any]) -> LeaseworkerConfig:
+# Parameters whose default depends on the stage: cdk.json must not repeat them, or its value
+# would override the stage's.
+STAGE_DEFAULTS = ("minTasks", "natGateways", "kinesisRetentionHours")
+
+
+def load_config(get_context: Callable[[str], Any], keys: Iterable[str] | None = None) -> LeaseworkerConfig:
     """Read every parameter once through `get_context` (e.g. `app.node.try_get_context`).
 
-    A parameter that is absent (None) takes the dataclass default.
+    `keys`, every context key present (`app.node.get_all_context()`), is checked first: a key
+    that looks like ours but is unknown is refused with the nearest known one. A parameter that
+    is absent (None) takes its default; minTasks's depends on the stage.
     """
+    if keys is not None:
+        keys = list(keys)
+        check_context_keys(keys, (p.context for p in PARAMETERS), {k: get_context(k) for k in keys})
     values: dict[str, object] = {}
     for parameter in PARAMETERS:
         raw = get_context(parameter.context)
         if raw is None:
             continue
         values[parameter.field] = parameter.parse(parameter.context, raw)
+    if "min_tasks" not in values:
+        values["min_tasks"] = PROD_MIN_TASKS if values.get("stage") == "prod" else DEV_MIN_TASKS
     return validate(LeaseworkerConfig(**cast(dict[str, Any], values)))
 
 
@@ -414,6 +498,6 @@ def default_context() -> dict[str, object]:
     context: dict[str, object] = {}
     for p in PARAMETERS:
         value = getattr(defaults, p.field)
-        if value is not None:
+        if value is not None and p.context not in STAGE_DEFAULTS:
             context[p.context] = list(value) if isinstance(value, tuple) else value  # JSON: a list
     return context

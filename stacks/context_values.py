@@ -76,3 +76,12 @@ def parse_optional_email(name: str, raw: object) -> str | None:
     if raw is None or (isinstance(raw, str) and raw.strip() == ""):
         return None
     return parse_pattern(name, raw, EMAIL_PATTERN, "must be an email address like ops@example.com")
+
+
+def parse_bool(name: str, raw: object) -> bool:
+    """`true` / `false` (JSON) or the same words from `-c`; nothing else (no 1, no "yes")."""
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
+        return raw.strip().lower() == "true"
+    raise ConfigError(name, raw, "must be true or false")

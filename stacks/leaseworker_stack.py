@@ -20,6 +20,11 @@ from stacks.sink import KinesisSink
 from stacks.worker_service import HealthCheckTiming, WorkerService
 
 WORKER_SOURCE = Path(__file__).resolve().parent.parent / "worker_src"
+# The worker image is built for the task's architecture (on another host: through emulation).
+IMAGE_PLATFORMS: dict[str, ecr_assets.Platform] = {
+    "x86_64": ecr_assets.Platform.LINUX_AMD64,
+    "arm64": ecr_assets.Platform.LINUX_ARM64,
+}
 
 # Exactly what the worker process calls (tests/infra/test_iam.py scans worker_src to keep this
 # in step): conditional UpdateItems on connection items (acquire, claim, renew, release,
@@ -85,7 +90,11 @@ class LeaseworkerStack(Stack):
 
         lease_table = LeaseTable(self, "LeaseTable", retain=retain)
         notifications = NotificationQueue(self, "Notifications", retain=retain)
-        sink = KinesisSink(self, "Sink", retain=retain) if config.sink == "kinesis" else None
+        sink = (
+            KinesisSink(self, "Sink", retain=retain, retention_hours=config.stream_retention_hours)
+            if config.sink == "kinesis"
+            else None
+        )
 
         environment = {
             "TABLE_NAME": lease_table.table.table_name,
@@ -96,7 +105,11 @@ class LeaseworkerStack(Stack):
         workers = WorkerService(
             self,
             "Workers",
-            image=ecs.ContainerImage.from_asset(str(WORKER_SOURCE), platform=ecr_assets.Platform.LINUX_AMD64),
+            image=ecs.ContainerImage.from_asset(
+                str(WORKER_SOURCE), platform=IMAGE_PLATFORMS[config.cpu_architecture]
+            ),
+            collector_image=config.collector_image,
+            cpu_architecture=config.cpu_architecture,
             environment=environment,
             cpu=config.task_cpu,
             memory_mib=config.task_memory_mib,

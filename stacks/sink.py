@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kinesis as kinesis
 from constructs import Construct
@@ -15,13 +15,14 @@ PRODUCER_ACTIONS: tuple[str, ...] = ("kinesis:PutRecords",)
 class KinesisSink(Construct):
     """On-demand capacity (no shard math as the fleet scales), encrypted with aws/kinesis."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, retain: bool) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, retain: bool, retention_hours: int) -> None:
         super().__init__(scope, construct_id)
         self.stream = kinesis.Stream(
             self,
             "Stream",
             stream_mode=kinesis.StreamMode.ON_DEMAND,
             encryption=kinesis.StreamEncryption.MANAGED,
+            retention_period=Duration.hours(retention_hours),
             removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
         )
 

@@ -14,15 +14,15 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from stacks import nag
-from stacks.config import VPC_MAX_AZS
+from stacks.config import VPC_MAX_AZS, CpuArchitecture
 
 WORKER_CONTAINER = "worker"
 COLLECTOR_CONTAINER = "otel-collector"
 
-# Pinned, never :latest. The image ships canned configs; ecs-xray.yaml receives OTLP on
-# 0.0.0.0:4317 (gRPC) and 0.0.0.0:4318 (HTTP) and exports to X-Ray (awsxray exporter), with
-# ECS resource detection. The worker sends OTLP/HTTP to localhost:4318 (awsvpc: one netns).
-COLLECTOR_IMAGE = "public.ecr.aws/aws-observability/aws-otel-collector:v0.49.0"
+# The collector image (context collectorImage, pinned by digest: stacks.config.COLLECTOR_IMAGE)
+# ships canned configs; ecs-xray.yaml receives OTLP on 0.0.0.0:4317 (gRPC) and 0.0.0.0:4318
+# (HTTP) and exports to X-Ray (awsxray exporter), with ECS resource detection. The worker sends
+# OTLP/HTTP to localhost:4318 (awsvpc: one netns).
 COLLECTOR_CONFIG = "--config=/etc/ecs/ecs-xray.yaml"
 
 # What the awsxray exporter calls. X-Ray does not support resource-level permissions for
@@ -43,6 +43,11 @@ HEALTH_COMMAND = ["CMD", "leaseworker", "health"]
 
 # Rolling deployments replace about this share of the fleet per batch (see `max_healthy_percent`).
 DEPLOYMENT_BATCH_PERCENT = 25
+
+ARCHITECTURES: Mapping[CpuArchitecture, ecs.CpuArchitecture] = {
+    "x86_64": ecs.CpuArchitecture.X86_64,
+    "arm64": ecs.CpuArchitecture.ARM64,
+}
 
 # One socket per upstream connection plus SDK pools: 1000 connections need far more than
 # the default 1024 descriptors.
@@ -117,6 +122,8 @@ class WorkerService(Construct):
         construct_id: str,
         *,
         image: ecs.ContainerImage,
+        collector_image: str,
+        cpu_architecture: CpuArchitecture,
         environment: Mapping[str, str],
         cpu: int,
         memory_mib: int,
@@ -173,10 +180,26 @@ class WorkerService(Construct):
 
         # Renewals, reconciles and checkpoints reach DynamoDB through a gateway endpoint (free):
         # the lease path never depends on a NAT gateway, and costs no NAT data processing.
+        private = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
         self.dynamodb_endpoint = self.vpc.add_gateway_endpoint(
-            "DynamoDbEndpoint",
-            service=ec2.GatewayVpcEndpointAwsService.DYNAMODB,
-            subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)],
+            "DynamoDbEndpoint", service=ec2.GatewayVpcEndpointAwsService.DYNAMODB, subnets=[private]
+        )
+        # ECR serves image layers from S3: through this (free) endpoint every task start's
+        # layer download skips NAT data processing.
+        self.s3_endpoint = self.vpc.add_gateway_endpoint(
+            "S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[private]
+        )
+        # No ingress at all; egress TCP only (upstream feeds use arbitrary ports; AWS APIs 443).
+        # The VPC resolver and the task metadata endpoint are not subject to security groups.
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "ServiceSecurityGroup",
+            vpc=self.vpc,
+            allow_all_outbound=False,
+            description="leaseworker tasks: no ingress, TCP egress to upstream feeds and AWS APIs",
+        )
+        self.security_group.add_egress_rule(
+            ec2.Peer.any_ipv4(), ec2.Port.all_tcp(), "upstream feeds and AWS APIs (TCP only)"
         )
 
         # --- Cluster -----------------------------------------------------------------------
@@ -192,7 +215,7 @@ class WorkerService(Construct):
             cpu=cpu,
             memory_limit_mib=memory_mib,
             runtime_platform=ecs.RuntimePlatform(
-                cpu_architecture=ecs.CpuArchitecture.X86_64,
+                cpu_architecture=ARCHITECTURES[cpu_architecture],
                 operating_system_family=ecs.OperatingSystemFamily.LINUX,
             ),
         )
@@ -228,7 +251,7 @@ class WorkerService(Construct):
         # starve the worker.
         self.collector = self.task_definition.add_container(
             COLLECTOR_CONTAINER,
-            image=ecs.ContainerImage.from_registry(COLLECTOR_IMAGE),
+            image=ecs.ContainerImage.from_registry(collector_image),
             command=[COLLECTOR_CONFIG],
             essential=False,
             memory_limit_mib=256,
@@ -278,9 +301,23 @@ class WorkerService(Construct):
             cluster=self.cluster,
             task_definition=self.task_definition,
             assign_public_ip=False,
-            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            vpc_subnets=private,
+            security_groups=[self.security_group],
             circuit_breaker=ecs.DeploymentCircuitBreaker(enable=True, rollback=True),
             min_healthy_percent=100,
             max_healthy_percent=max_healthy_percent(min_tasks),
             enable_execute_command=False,
+            # Tasks carry the service's tags (project, stage): the main cost line is attributable.
+            propagate_tags=ecs.PropagatedTagSource.SERVICE,
+            enable_ecs_managed_tags=True,
+        )
+        # On a first create the tasks must find their routes: the private subnets' NAT default
+        # routes (image pulls, upstream feeds) and the gateway endpoints (DynamoDB, S3) exist
+        # before the service starts a task, so no pull failure counts toward the circuit breaker.
+        self.service.node.add_dependency(
+            self.vpc.select_subnets(
+                subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS
+            ).internet_connectivity_established,
+            self.dynamodb_endpoint,
+            self.s3_endpoint,
         )

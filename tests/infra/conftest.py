@@ -69,7 +69,7 @@ def make_app(overrides: Mapping[str, Any] | None = None) -> tuple[App, Leasework
     outdir = Path(tempfile.mkdtemp(prefix="leaseworker-synth-"))
     atexit.register(shutil.rmtree, outdir, ignore_errors=True)
     app = App(context={**base_context(), **(overrides or {})}, outdir=str(outdir))
-    stack = build(app, load_config(app.node.try_get_context))
+    stack = build(app, load_config(app.node.try_get_context, app.node.get_all_context()))
     return app, stack, outdir
 
 
@@ -125,6 +125,15 @@ CUSTOM: dict[str, Any] = {
     "metricsSeconds": "15",
     "sink": "null",
     "minTasks": "2",
+    # Its effect is tested in test_production.py (prod with minTasks=1); here it must only parse.
+    "allowSingleTaskProd": "true",
+    # No effect with sink=null: test_production.py tests it on a prod stack with a stream.
+    "kinesisRetentionHours": "72",
+    "cpuArchitecture": "arm64",
+    "collectorImage": (
+        "123456789012.dkr.ecr.eu-west-1.amazonaws.com/ecr-public/aws-observability/aws-otel-collector"
+        "@sha256:d2bdfff2c377c3d71d78bd5d9ce9862fd535b12134a5739d87a07801297cf9fd"
+    ),
     "maxTasks": "6",
     "taskCpu": "1024",
     "taskMemoryMiB": "3072",

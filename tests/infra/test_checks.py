@@ -180,6 +180,20 @@ def test_cdk_synth_bad_context_fails_with_one_line(tmp_outdir: Path) -> None:
     assert "Traceback" not in result.stdout + result.stderr
 
 
+def test_cdk_synth_refuses_a_misspelled_key_with_the_nearest_one(tmp_outdir: Path) -> None:
+    """Through the real CLI, which adds its own keys (aws:cdk:*, cli-telemetry, the AZ facts):
+    only ours is refused, in one line, naming the key it meant."""
+    result = cdk("synth", "--quiet", "-c", "leaseSecond=30", outdir=tmp_outdir)
+    assert result.returncode != 0
+    expected = (
+        "invalid context leaseSecond='30': unknown context key, did you mean `leaseSeconds`? "
+        "(every parameter: docs/infrastructure.md#context-parameters)"
+    )
+    assert result.stderr.count(expected) == 1, result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not (tmp_outdir / "Leaseworker-dev.template.json").exists()
+
+
 def test_cdk_synth_works_offline_and_matches_the_tested_template(default: Synth, tmp_outdir: Path) -> None:
     result = cdk("synth", "--quiet", outdir=tmp_outdir)
     assert result.returncode == 0, result.stderr

@@ -34,6 +34,12 @@ def test_defaults_are_the_documented_ones() -> None:
         "kinesis",
     )
     assert (config.min_tasks, config.max_tasks, config.task_cpu, config.task_memory_mib) == (1, 10, 512, 1024)
+    assert (config.cpu_architecture, config.stream_retention_hours, config.allow_single_task_prod) == (
+        "x86_64",
+        24,
+        False,
+    )
+    assert "@sha256:" in config.collector_image
     assert (config.nat_gateway_count, config.alarm_email, config.metrics_namespace) == (
         1,
         None,
@@ -53,6 +59,31 @@ def test_prod_defaults_to_one_nat_gateway_per_az_and_natgateways_overrides() -> 
     assert parse(stage="dev", natGateways="2").nat_gateway_count == 2
     # cdk.json must not pin natGateways, or it would override the stage default.
     assert "natGateways" not in json.loads((REPO / "cdk.json").read_text())["context"]
+
+
+def test_prod_defaults_to_two_tasks_and_a_week_of_kinesis_retention() -> None:
+    prod = parse(stage="prod")
+    assert (prod.min_tasks, prod.stream_retention_hours) == (2, 168)
+    assert parse(stage="prod", kinesisRetentionHours="48").stream_retention_hours == 48
+    assert parse(stage="prod", minTasks="4").min_tasks == 4
+    # cdk.json must not pin a stage default, or it would override the stage's.
+    context = json.loads((REPO / "cdk.json").read_text())["context"]
+    assert not set(config_module.STAGE_DEFAULTS) & set(context)
+
+
+def test_prod_with_one_task_is_refused_unless_explicit() -> None:
+    message = (
+        "invalid context minTasks=1: prod runs at least 2 tasks (one task orphans every connection "
+        "while it is replaced); pass -c allowSingleTaskProd=true to run fewer on purpose"
+    )
+    with pytest.raises(ConfigError) as raised:
+        parse(stage="prod", minTasks="1")
+    assert str(raised.value) == message
+    with pytest.raises(ConfigError):
+        parse(stage="prod", minTasks="1", allowSingleTaskProd="false")
+    assert parse(stage="prod", minTasks="1", allowSingleTaskProd="true").min_tasks == 1
+    assert parse(stage="prod", minTasks="1", allowSingleTaskProd=True).min_tasks == 1
+    assert parse(stage="dev", minTasks="1").min_tasks == 1
 
 
 def test_cdk_json_repeats_exactly_the_config_defaults() -> None:
@@ -124,6 +155,20 @@ BAD: list[tuple[str, Any, str]] = [
     ("metricsSeconds", "0", "invalid context metricsSeconds='0': must be > 0"),
     ("sink", "file:/tmp", "invalid context sink='file:/tmp': must be one of kinesis | null | stdout"),
     ("minTasks", "0", "invalid context minTasks='0': must be > 0"),
+    (
+        "kinesisRetentionHours",
+        "12",
+        "invalid context kinesisRetentionHours=12: must be between 24 and 8760 hours "
+        "(Kinesis Data Streams' retention limits)",
+    ),
+    ("allowSingleTaskProd", "yes", "invalid context allowSingleTaskProd='yes': must be true or false"),
+    ("cpuArchitecture", "amd64", "invalid context cpuArchitecture='amd64': must be one of x86_64 | arm64"),
+    (
+        "collectorImage",
+        "public.ecr.aws/aws-observability/aws-otel-collector:v0.49.0",
+        "invalid context collectorImage='public.ecr.aws/aws-observability/aws-otel-collector:v0.49.0': "
+        "must be an image pinned by digest: REPOSITORY[:TAG]@sha256:<64 hex>",
+    ),
     ("maxTasks", "0", "invalid context maxTasks='0': must be > 0"),
     (
         "taskCpu",
@@ -250,3 +295,53 @@ def test_session_mode_has_no_index_ceiling_and_matches_the_worker_limit() -> Non
     with pytest.raises(ConfigError, match="index ceiling"):
         parse(leaseMode="connection", maxTasks="10")
     assert parse(leaseMode="session", maxConnectionsPerTask=str(MAX_ENTRIES_PER_ITEM)).lease_mode == "session"
+
+
+# --- Unknown context keys ----------------------------------------------------------------------
+
+CDK_KEYS = {
+    "aws:cdk:enable-path-metadata": True,
+    "aws:cdk:bundling-stacks": ["**"],
+    "@aws-cdk/core:checkSecretUsage": True,
+    "@aws-cdk-containers/ecs-service-extensions:enableDefaultLogDriver": True,
+    "cli-telemetry": False,
+    "acknowledged-issue-numbers": [32775],
+    "availability-zones:account=123456789012:region=us-east-1": ["us-east-1a"],
+}
+
+
+def parse_keys(**context: Any) -> LeaseworkerConfig:
+    return load_config(context.get, context.keys())
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [
+        ("leaseSecond", "leaseSeconds"),
+        ("lease_seconds", "leaseSeconds"),
+        ("lease-seconds", "leaseSeconds"),
+        ("LeaseSeconds", "leaseSeconds"),
+        ("mintasks", "minTasks"),
+        ("cpuArch", "cpuArchitecture"),
+        ("natGateway", "natGateways"),
+    ],
+)
+def test_a_misspelled_key_is_refused_with_the_nearest_known_one(key: str, meant: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_keys(**CDK_KEYS, **{key: "30"})
+    assert str(raised.value) == (
+        f"invalid context {key}='30': unknown context key, did you mean `{meant}`? "
+        "(every parameter: docs/infrastructure.md#context-parameters)"
+    )
+
+
+def test_an_unrelated_plain_key_is_refused_without_a_guess() -> None:
+    with pytest.raises(ConfigError, match="unknown context key, not a leaseworker parameter"):
+        parse_keys(flavour="vanilla")
+
+
+def test_cdk_and_cli_keys_pass_and_every_known_key_passes() -> None:
+    context = json.loads((REPO / "cdk.json").read_text())["context"]
+    context.update(json.loads((REPO / "cdk.context.json").read_text()))
+    assert parse_keys(**{**CDK_KEYS, **context}) == parse()
+    assert parse_keys(**{p.context: default_context().get(p.context) for p in PARAMETERS}) == parse()

@@ -71,7 +71,28 @@ OTHER_EFFECTS: dict[str, Callable[[Synth], object]] = {
     ),
 }
 
+
+def _container_image(synth: Synth, name: str) -> object:
+    (definition,) = [
+        c for c in _props(synth, "AWS::ECS::TaskDefinition")["ContainerDefinitions"] if c["Name"] == name
+    ]
+    return definition["Image"]
+
+
+OTHER_EFFECTS["cpuArchitecture"] = lambda s: _props(s, "AWS::ECS::TaskDefinition")["RuntimePlatform"][
+    "CpuArchitecture"
+]
+OTHER_EFFECTS["collectorImage"] = lambda s: _container_image(s, "otel-collector")
+
+# Parameters whose effect the all-custom stack cannot show, each tested where it can be.
+EFFECTS_TESTED_ELSEWHERE: dict[str, str] = {
+    "kinesisRetentionHours": "test_production.py::test_prod_stream_is_retained_for_a_week",
+    "allowSingleTaskProd": "test_production.py::test_prod_single_task_only_when_explicit",
+}
+
 EXPECTED_CUSTOM_EFFECTS: dict[str, object] = {
+    "cpuArchitecture": "ARM64",
+    "collectorImage": CUSTOM["collectorImage"],
     "stage": "Retain",
     "account": CUSTOM["account"],
     "region": "eu-west-1",
@@ -92,7 +113,7 @@ EXPECTED_CUSTOM_EFFECTS: dict[str, object] = {
 
 
 def test_every_parameter_has_an_effect_test() -> None:
-    covered = set(ENV_PARAMETERS) | set(OTHER_EFFECTS)
+    covered = set(ENV_PARAMETERS) | set(OTHER_EFFECTS) | set(EFFECTS_TESTED_ELSEWHERE)
     assert covered == {p.context for p in PARAMETERS}
     assert set(EXPECTED_CUSTOM_EFFECTS) == set(OTHER_EFFECTS)
     assert set(CUSTOM) >= covered

@@ -10,8 +10,10 @@ import pytest
 from aws_cdk.assertions import Capture, Match
 
 from stacks import observability
+from stacks.config import ConfigError
 from stacks.worker_service import HealthCheckTiming, max_healthy_percent
 from tests.infra.conftest import Synth, container_environment
+from tests.infra.conftest import synth as synthesize
 
 CLOUDWATCH_CONDITIONS = {
     "StringEquals": {"aws:SourceAccount": "123456789012"},
@@ -262,12 +264,12 @@ def test_worker_root_filesystem_read_only_with_writable_tmp(default: Synth) -> N
 # --- Point 6: network ----------------------------------------------------------------------
 
 
-def test_dynamodb_gateway_endpoint_on_the_private_route_tables(default: Synth) -> None:
-    endpoint = default.one("AWS::EC2::VPCEndpoint")["Properties"]
-    assert endpoint["VpcEndpointType"] == "Gateway"
-    assert endpoint["ServiceName"] == {
-        "Fn::Join": ["", ["com.amazonaws.", {"Ref": "AWS::Region"}, ".dynamodb"]]
+def test_dynamodb_and_s3_gateway_endpoints_on_the_private_route_tables(default: Synth) -> None:
+    endpoints = {
+        e["Properties"]["ServiceName"]["Fn::Join"][1][2]: e["Properties"]
+        for e in default.resources("AWS::EC2::VPCEndpoint").values()
     }
+    assert sorted(endpoints) == [".dynamodb", ".s3"]
     (service,) = default.resources("AWS::ECS::Service").values()
     subnets = {
         s["Ref"] for s in service["Properties"]["NetworkConfiguration"]["AwsvpcConfiguration"]["Subnets"]
@@ -277,8 +279,82 @@ def test_dynamodb_gateway_endpoint_on_the_private_route_tables(default: Synth) -
         for a in default.resources("AWS::EC2::SubnetRouteTableAssociation").values()
         if a["Properties"]["SubnetId"]["Ref"] in subnets
     }
-    assert {r["Ref"] for r in endpoint["RouteTableIds"]} == worker_route_tables
+    for endpoint in endpoints.values():
+        assert endpoint["VpcEndpointType"] == "Gateway"
+        assert {r["Ref"] for r in endpoint["RouteTableIds"]} == worker_route_tables
     assert len(worker_route_tables) == 2
+
+
+def test_service_waits_for_the_private_routes_and_endpoints(default: Synth) -> None:
+    """A first create never starts a task before its subnets can reach ECR and the feeds."""
+    resources = default.template_json["Resources"]
+    (service,) = default.resources("AWS::ECS::Service").values()
+    depends_on = set(service["DependsOn"])
+    (service_props,) = [service["Properties"]]
+    subnets = {s["Ref"] for s in service_props["NetworkConfiguration"]["AwsvpcConfiguration"]["Subnets"]}
+    route_tables = {
+        a["Properties"]["RouteTableId"]["Ref"]
+        for a in default.resources("AWS::EC2::SubnetRouteTableAssociation").values()
+        if a["Properties"]["SubnetId"]["Ref"] in subnets
+    }
+    nat_routes = {
+        k
+        for k, r in default.resources("AWS::EC2::Route").items()
+        if r["Properties"]["RouteTableId"]["Ref"] in route_tables and "NatGatewayId" in r["Properties"]
+    }
+    assert len(nat_routes) == 2
+    assert nat_routes <= depends_on
+    endpoints = set(default.resources("AWS::EC2::VPCEndpoint"))
+    assert len(endpoints) == 2
+    assert endpoints <= depends_on
+    assert all(resources[d]["Type"] != "AWS::ECS::Service" for d in depends_on)
+
+
+def test_tasks_carry_the_service_tags(default: Synth) -> None:
+    properties = default.one("AWS::ECS::Service")["Properties"]
+    assert properties["PropagateTags"] == "SERVICE"
+    assert properties["EnableECSManagedTags"] is True
+
+
+def test_arm64_runs_graviton_and_builds_the_image_for_it(default: Synth, custom: Synth) -> None:
+    for synth, cpu, platform in ((default, "X86_64", "linux/amd64"), (custom, "ARM64", "linux/arm64")):
+        runtime = synth.one("AWS::ECS::TaskDefinition")["Properties"]["RuntimePlatform"]
+        assert runtime == {"CpuArchitecture": cpu, "OperatingSystemFamily": "LINUX"}
+        (assets,) = synth.outdir.glob(f"{synth.stack.artifact_id}.assets.json")
+        images = json.loads(assets.read_text())["dockerImages"]
+        assert [i["source"]["platform"] for i in images.values()] == [platform]
+
+
+# --- Prod defaults: `-c stage=prod` alone ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def prod() -> Synth:
+    return synthesize({"stage": "prod"})
+
+
+def test_prod_runs_two_tasks_in_half_fleet_batches(prod: Synth) -> None:
+    assert prod.one("AWS::ApplicationAutoScaling::ScalableTarget")["Properties"]["MinCapacity"] == 2
+    deployment = prod.one("AWS::ECS::Service")["Properties"]["DeploymentConfiguration"]
+    assert (deployment["MinimumHealthyPercent"], deployment["MaximumPercent"]) == (100, 150)
+    assert len(prod.resources("AWS::EC2::NatGateway")) == 2
+
+
+def test_prod_stream_is_retained_for_a_week(default: Synth, prod: Synth) -> None:
+    stream = prod.one("AWS::Kinesis::Stream")
+    assert (stream["DeletionPolicy"], stream["UpdateReplacePolicy"]) == ("Retain", "Retain")
+    assert stream["Properties"]["RetentionPeriodHours"] == 168
+    dev = default.one("AWS::Kinesis::Stream")
+    assert (dev["DeletionPolicy"], dev["Properties"]["RetentionPeriodHours"]) == ("Delete", 24)
+    changed = synthesize({"stage": "prod", "kinesisRetentionHours": "72"})
+    assert changed.one("AWS::Kinesis::Stream")["Properties"]["RetentionPeriodHours"] == 72
+
+
+def test_prod_single_task_only_when_explicit() -> None:
+    with pytest.raises(ConfigError, match="allowSingleTaskProd=true"):
+        synthesize({"stage": "prod", "minTasks": "1"})
+    single = synthesize({"stage": "prod", "minTasks": "1", "allowSingleTaskProd": "true"})
+    assert single.one("AWS::ApplicationAutoScaling::ScalableTarget")["Properties"]["MinCapacity"] == 1
 
 
 # --- Point 9: hygiene ----------------------------------------------------------------------

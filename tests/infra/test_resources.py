@@ -137,8 +137,10 @@ def test_worker_container_limits_logging_and_image(default: Synth) -> None:
 
 def test_adot_sidecar_pinned_otlp_to_xray(default: Synth) -> None:
     collector = worker_container(default, "otel-collector")
+    # Pinned by tag and by the digest of its multi-architecture index (never :latest).
     assert re.fullmatch(
-        r"public\.ecr\.aws/aws-observability/aws-otel-collector:v\d+\.\d+\.\d+", collector["Image"]
+        r"public\.ecr\.aws/aws-observability/aws-otel-collector:v\d+\.\d+\.\d+@sha256:[0-9a-f]{64}",
+        collector["Image"],
     )
     assert collector["Command"] == ["--config=/etc/ecs/ecs-xray.yaml"]
     assert collector["Essential"] is False
@@ -174,9 +176,19 @@ def test_service_private_no_public_ip_circuit_breaker(default: Synth) -> None:
     }
     assert properties["LaunchType"] == "FARGATE"
     assert properties["EnableExecuteCommand"] is False
-    # No ingress at all: the workers only dial out.
-    (security_group,) = default.resources("AWS::EC2::SecurityGroup").values()
-    assert "SecurityGroupIngress" not in security_group["Properties"]
+    # No ingress at all: the workers only dial out, over TCP only.
+    (group_id,) = [g["Fn::GetAtt"][0] for g in network["SecurityGroups"]]
+    security_group = default.template_json["Resources"][group_id]["Properties"]
+    assert "SecurityGroupIngress" not in security_group
+    assert security_group["SecurityGroupEgress"] == [
+        {
+            "CidrIp": "0.0.0.0/0",
+            "Description": "upstream feeds and AWS APIs (TCP only)",
+            "FromPort": 0,
+            "IpProtocol": "tcp",
+            "ToPort": 65535,
+        }
+    ]
 
 
 def test_container_insights_and_flow_logs(default: Synth) -> None:
@@ -347,7 +359,7 @@ def test_dashboard_shows_every_worker_metric(default: Synth) -> None:
     body = json.dumps(default.one("AWS::CloudWatch::Dashboard")["Properties"]["DashboardBody"])
     for name in metrics.ALL_METRICS:
         assert f'\\"Leaseworker\\",\\"{name}\\",\\"service\\",\\"leaseworker\\"' in body, name
-    assert len(metrics.ALL_METRICS) == 20
+    assert len(metrics.ALL_METRICS) == 22
     from leaseworker.observability.metrics import MetricName
 
     assert set(metrics.ALL_METRICS) == {name.value for name in MetricName}  # the worker's names
