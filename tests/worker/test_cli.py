@@ -22,6 +22,7 @@ import pytest
 
 from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.held_store import SessionHeldStore
+from leaseworker.lease.session_store import SessionStore
 from leaseworker.lease.store import Acquired
 from leaseworker.local.services import free_port
 from leaseworker.settings import Settings
@@ -273,6 +274,18 @@ def set_lease(endpoint: str, table: list[str], cid: str, **values: str | int) ->
     asyncio.run(update())
 
 
+def live_session(endpoint: str, table: list[str], worker: str) -> None:
+    """A session item for `worker`, as its first heartbeat writes it (live, not fenced)."""
+
+    async def beat() -> None:
+        async with aioboto3.Session().client(
+            "dynamodb", endpoint_url=endpoint, region_name="us-east-1"
+        ) as client:
+            await SessionStore(client, table[-1]).heartbeat(worker, load=1, capacity=10, lease_mode="session")
+
+    asyncio.run(beat())
+
+
 def test_remove_needs_a_stopped_released_connection_and_keeps_its_epoch(
     dynamodb_endpoint: str, local_env: dict[str, str]
 ) -> None:
@@ -329,6 +342,7 @@ def test_remove_force(dynamodb_endpoint: str, local_env: dict[str, str]) -> None
     set_lease(
         dynamodb_endpoint, table, "held", lease_owner="w1", lease_epoch=3, lease_expires_at_ms=2**53 - 1
     )
+    live_session(dynamodb_endpoint, table, "w1")  # an absent session would not hold it (review D)
     done = run(*table, "connections", "remove", "held", "--force", "--wait", "1", env=local_env)
     assert done.returncode == 1, done
     progress, error = done.stderr.splitlines()

@@ -31,6 +31,7 @@ from leaseworker.lease.admin import (
     UnknownConnection,
 )
 from leaseworker.lease.removal import SESSION_HELD_EXPIRY_MS
+from leaseworker.lease.session_store import SessionStore
 from leaseworker.lease.store import Acquired, LeaseStore, Lost, now_ms
 from leaseworker.local.invariants import Delivered, Report, check_s1, read_events
 from leaseworker.settings import Settings
@@ -269,6 +270,8 @@ async def test_force_gives_up_after_its_wait_and_leaves_it_stopped(ddb: DynamoDB
     await set_attributes(
         ddb, table, "c1", lease_owner="w9", lease_epoch=2, lease_expires_at_ms=SESSION_HELD_EXPIRY_MS
     )
+    # w9's session is live (not fenced): an absent one would make c1 removable at once.
+    await SessionStore(ddb, table).heartbeat("w9", load=1, capacity=10, lease_mode="session")
     lines: list[str] = []
 
     async def hint() -> None:

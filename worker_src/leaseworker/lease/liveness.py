@@ -23,6 +23,10 @@ from leaseworker.settings import Settings
 
 SUSPECTED = "suspected"  # fenced by an observer that saw the counter stop
 CONFIRMED = "confirmed"  # fenced by the supervisor that reaped the process (docs/design.md §2e)
+# A fenced stub written by a peer for an owner whose session item no longer exists, while a
+# connection is still held by it (worker/absent_owners.py): claimable like SUSPECTED, once
+# LEASE_SECONDS have passed on the observer's own clock since it first saw the stub.
+ABSENT = "absent"
 
 
 @dataclass(frozen=True, slots=True)

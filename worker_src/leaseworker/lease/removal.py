@@ -15,9 +15,11 @@ STOPPED and *released*, that is when no worker may still be delivering it. Relea
   exact expiry seen. So a plain `remove` (one look) never judges a lease expired; `--force`
   watches it for LEASE_SECONDS.
 - `FENCED_SESSION`: a session-held lease (expiry 2**53 - 1) whose owner's session item carries
-  `fenced_by`. A fence makes the session's connections claimable (§2.0, §2e), for the same reason:
-  the fenced worker has stopped or self-fences on its session deadline. A fence is never lifted,
-  so checking it in the same transaction as the tombstone write leaves no window.
+  `fenced_by`, or no longer exists (a claim that landed after its session was reaped). A fence
+  makes the session's connections claimable (§2.0, §2e), for the same reason: the fenced worker
+  has stopped or self-fences on its session deadline. A fence is never lifted, and a session item
+  is never recreated by its worker, so checking it in the same transaction as the tombstone write
+  leaves no window.
 
 A lease still held (a live connection-mode lease, or a session-held one whose session is not
 fenced) is not released: `--force` stops the connection and waits for one of the three.
@@ -43,7 +45,10 @@ COND_REMOVABLE_HELD_BY = (
     f"{COND_LIVE} AND desired_state = :stopped AND lease_owner = :owner AND lease_epoch = :epoch"
 )
 COND_REMOVABLE_EXPIRED = f"{COND_REMOVABLE_HELD_BY} AND lease_expires_at_ms = :expires"  # unrenewed
-COND_SESSION_FENCED = "attribute_exists(fenced_by)"  # checked on the owner's session item
+# Checked on the owner's session item: fenced, or absent. An absent session serves nothing: its
+# heartbeat never recreates the item (it stops on VANISHED), and the item is gone only after a
+# reap or a TTL, so a claim that landed after the reap is not served (review 2026-12-05, D).
+COND_SESSION_FENCED = "attribute_not_exists(connection_id) OR attribute_exists(fenced_by)"
 
 # The tombstone: lease_epoch stays; without an owner or an expiry it leaves both GSIs.
 UPDATE_TOMBSTONE = (
@@ -58,7 +63,7 @@ PROGRESS_EVERY_SECONDS = 5.0
 class Removable(enum.Enum):
     FREE = "free"
     EXPIRED = "expired"
-    FENCED_SESSION = "fenced session"  # removable once the owner's session item is seen fenced
+    FENCED_SESSION = "fenced session"  # removable once the owner's session item is fenced or gone
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +90,7 @@ def removal_state(item: dict[str, Any], watch: ExpiryWatch, now: float) -> Remov
     """Whether the plain item (as `admin.plain` gives it) may become a tombstone now.
 
     A session-held lease returns FENCED_SESSION: removable only if the owner's session item is
-    fenced, which the caller checks (and conditions the write on) itself. `now` is monotonic.
+    fenced or absent, which the caller checks (and conditions the write on) itself. `now` is monotonic.
     """
     owner = item.get("lease_owner")
     epoch = item.get("lease_epoch", 0)

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from leaseworker.lease.absent_owners import AbsentOwnerStore
 from leaseworker.lease.balance import FleetView
 from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.errors import StoreError
@@ -31,6 +32,7 @@ from leaseworker.notify import Notifier
 from leaseworker.observability.logging import get_logger, log_context
 from leaseworker.observability.metrics import MetricName, run_metrics_loop
 from leaseworker.observability.tracing import SHUTDOWN_TIMEOUT_SECONDS as TRACING_SHUTDOWN_SECONDS
+from leaseworker.worker.absent_owners import AbsentOwners
 from leaseworker.worker.acquirer import Acquirer
 from leaseworker.worker.audit import Audit
 from leaseworker.worker.checkpointer import Checkpointer
@@ -60,6 +62,7 @@ class Coordination:
     held: SessionHeldStore
     checkpoints: CheckpointStore
     validity: SessionValidity
+    absent: AbsentOwnerStore  # owners of held connections whose session item is gone (review D)
 
 
 class Worker:
@@ -133,6 +136,13 @@ class Worker:
             tracing=self._tracing,
             stop_acquiring=self._stop_acquiring,
             relay=relay,
+            absent=AbsentOwners(
+                store=coordination.absent,
+                sessions=coordination.sessions,
+                me=self._settings.worker_id,
+                lease_seconds=self._settings.lease_seconds,
+                metrics=self._metrics,
+            ),
         )
         self._audit = Audit(
             held=coordination.held,

@@ -46,6 +46,7 @@ from leaseworker.observability.logging import get_logger
 from leaseworker.observability.metrics import WorkerMetrics
 from leaseworker.observability.tracing import Tracing
 from leaseworker.settings import Settings
+from leaseworker.worker.absent_owners import AbsentOwners
 from leaseworker.worker.acquirer import Acquirer
 from leaseworker.worker.loops import survive
 from leaseworker.worker.registry import Registry
@@ -88,8 +89,10 @@ class PeerWatch:
         tracing: Tracing,
         stop_acquiring: asyncio.Event,
         relay: HintRelay,
+        absent: AbsentOwners,
     ) -> None:
         self._relay = relay
+        self._absent = absent
         self._sessions = sessions
         self._held = held
         self._checkpoints = checkpoints
@@ -172,6 +175,8 @@ class PeerWatch:
                     await self._take_over(verdict.worker_id, SUSPECTED, last_beat, self._live)
                 elif verdict.worker_id in self._fenced:
                     await self._take_over_fenced(verdict.worker_id, self._fenced[verdict.worker_id])
+            listed = {verdict.worker_id for verdict in verdicts}
+            await self._absent.sweep_if_due(listed=listed, live=self._live, now=time.monotonic())
 
     async def _list(self) -> list[Verdict]:
         """List and judge the sessions: the live peers' loads, the live workers, the fenced."""
@@ -215,6 +220,8 @@ class PeerWatch:
         return True
 
     async def _take_over_fenced(self, dead: str, session: SessionInfo) -> None:
+        if not self._absent.may_take_over(dead, session, time.monotonic()):
+            return  # a stub for an absent session: L on our own clock first (absent_owners.py)
         kind = CONFIRMED if session.fence_kind == CONFIRMED else SUSPECTED
         # Takeover time counts from the death as best known: the confirmed fence follows the
         # exit within a second; a suspicion, the last heartbeat.
@@ -352,6 +359,7 @@ class PeerWatch:
             return
         try:
             if await self._sessions.reap(dead):
+                self._absent.forget(dead)
                 logger.info("reaped a fenced session that holds nothing", extra={"peer": dead})
         except StoreError as error:
             logger.warning("could not reap a fenced session", extra={"peer": dead, "error": str(error)})
