@@ -28,9 +28,14 @@ How it is wired. aiobotocore 2.25's `AioConfig(connector_args=...)` rejects aioh
 `socket_factory` (aio-libs/aiobotocore#1450; accepted from #1454, a later release), so
 `NoLingerAIOHTTPSession` is passed as `AioConfig(http_session_cls=...)`: it adds the socket
 factory to the connector arguments, and gives the connector a protocol factory whose close() is
-an abort. The second step sets `TCPConnector._factory`, a private attribute of aiohttp; the
-versions are pinned in requirements.txt, `_create_connector` fails loudly if the attribute is
-gone, and tests/worker/test_sinks.py checks both effects on live sockets.
+an abort. The first step is aiohttp's public `socket_factory` (3.12+). The second has no public
+form: aiohttp offers no way to choose the protocol a connector builds (checked against its
+documentation for 3.14), so it sets `TCPConnector._factory`, a private attribute, and reads
+`ResponseHandler._connection_lost_called`; aiobotocore's `_create_connector` is private too.
+Therefore aiohttp and aiobotocore are pinned exactly in requirements.txt, `_create_connector`
+fails loudly if the attribute is gone, tests/worker/test_no_linger_private_api.py fails when an
+upgrade changes any of that surface (run it before bumping either pin), and
+tests/worker/test_late_write.py checks both effects on live sockets.
 
 3. **A write that starts after its deadline.** A delivery checks its lease right before it
    calls the sink, but the process can stop between that check and the moment its bytes are

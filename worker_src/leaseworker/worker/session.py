@@ -79,7 +79,12 @@ class SessionDeps:
 
 
 class _SinkFailed(Exception):
-    """Internal: the sink refused a batch; resubscribe after the last delivered seq."""
+    """Internal: the sink refused a batch; resubscribe after the last delivered seq. `permanent`:
+    the next record can never be accepted (SinkError.permanent), a failure at this position."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 class CursorTooLarge(ValueError):
@@ -252,7 +257,8 @@ class ConnectionSession:
                 "sink refused a batch; resubscribing",
                 extra={"error": str(error) or "timeout", "accepted": accepted, "batch": len(batch)},
             )
-            raise _SinkFailed(str(error) or "sink write timed out") from None
+            permanent = isinstance(error, SinkError) and error.permanent
+            raise _SinkFailed(str(error) or "sink write timed out", permanent=permanent) from None
         self._delivered(batch, cursors)
 
     def clear_batch(self) -> None:

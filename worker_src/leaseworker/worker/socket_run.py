@@ -159,8 +159,8 @@ class SocketRun:
         except _Ended as ended:
             self._on_refusal(ended, refs)
             return ended.reason, ended.counts
-        except SinkFailed as error:
-            return f"sink error: {error}", False
+        except SinkFailed as error:  # counts only if the same record can never be accepted
+            return f"sink error: {error}", error.permanent
         except ConnectionClosed as closed:  # wherever else it surfaces: still just a close
             return f"upstream closed: {closed}", False
         finally:
