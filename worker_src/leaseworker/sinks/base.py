@@ -20,11 +20,15 @@ class SinkError(Exception):
 
     `accepted` is the length of the batch's leading run that the sink did durably accept (0 when
     nothing is known to have landed): the caller may advance delivery by exactly that prefix.
+    `permanent`: the record after that prefix can never be accepted (a record over the sink's
+    size limit), so retrying it changes nothing; the caller counts it as a failure at that
+    position (docs/design.md §4.4, L3) rather than resubscribing forever.
     """
 
-    def __init__(self, message: str, *, accepted: int = 0) -> None:
+    def __init__(self, message: str, *, accepted: int = 0, permanent: bool = False) -> None:
         super().__init__(message)
         self.accepted = accepted
+        self.permanent = permanent
 
 
 def writes_at_once(sink: object) -> bool:

@@ -21,7 +21,10 @@ that already removes the replay duplicates of a failover (leaseworker.consumer, 
 
 Errors: throttling, 5xx and network errors are retried (whole call) with capped, full-jitter
 exponential backoff until the deadline. Requests that can never succeed (validation, access
-denied, missing stream, a record over 1 MiB) raise SinkError at once.
+denied, missing stream, a record over 1 MiB) raise SinkError at once. A record over 1 MiB is
+`permanent`: the records before it are written first, and the session counts it as a failure at
+that position, so the connection is marked failed (with the size in `last_error`) rather than
+resubscribed forever.
 
 Retries are the sink's alone (docs/design.md §2d). The client must have no SDK-level retry
 (`retries={"total_max_attempts": 1}`, see factory.py): an SDK retry resends a call on a new connection
@@ -139,9 +142,14 @@ class KinesisSink:
         ]
         for entry in entries:
             if entry.size > MAX_BYTES_PER_RECORD:
+                # What comes before it is written first, so that its position is the one reported.
+                if entry.index:
+                    await self.write(records[: entry.index], valid=valid)
                 raise SinkError(
                     f"kinesis {self._stream}: a record of {entry.partition_key} is {entry.size} bytes,"
-                    f" over the {MAX_BYTES_PER_RECORD}-byte PutRecords limit"
+                    f" over the {MAX_BYTES_PER_RECORD}-byte PutRecords limit",
+                    accepted=entry.index,
+                    permanent=True,
                 )
         pending = entries  # not yet known to be accepted, in the order they will be sent
         last_error = "no attempt completed"
