@@ -1,15 +1,18 @@
 """`leaseworker local up`: bring the fleet up, show it (live or scripted), and always tear it down.
 
 Every process is a child of this one, started in its own session and stopped by pid on the way
-out: on q, Ctrl-C, SIGTERM, SIGHUP, the end of --duration, or an error. The three signals are
-handled by `StopSignals` whatever disposition this process inherited (a background job starts
-with SIGINT ignored); during teardown they are only recorded, so a second Ctrl-C cannot leave
-processes behind.
+out: on q, Ctrl-C, SIGTERM, SIGHUP, the end of --duration, an error, or the terminal going away.
+The three signals are handled by `StopSignals` whatever disposition this process inherited (a
+background job starts with SIGINT ignored); during teardown they are only recorded, so a second
+Ctrl-C cannot leave processes behind. Nothing the teardown prints may stop it: once the terminal
+is gone every write fails (EIO), and the fleet is stopped all the same. If this process dies
+without a teardown, `Lifeline` (local/lifeline.py) stops the fleet and removes the directory.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import shutil
 import sys
 import tempfile
@@ -21,6 +24,7 @@ from typing import Any
 from rich.console import Console
 
 from leaseworker.local.fleet import FAST, Fleet
+from leaseworker.local.lifeline import Lifeline
 from leaseworker.local.scenario import FailoverScenario
 from leaseworker.local.stopping import StopSignals
 
@@ -52,7 +56,7 @@ def run_live(
     from leaseworker.local.view import LiveView
 
     err = Console(stderr=True, soft_wrap=True, highlight=False)
-    with StopSignals() as stop, _scratch(root) as base:
+    with StopSignals() as stop, _scratch(root) as base, Lifeline(remove=None if root else base):
         fleet = Fleet(base, timings=FAST, feed_rate=feed_rate, replays=replays)
         view: LiveView | None = None
         try:
@@ -71,20 +75,40 @@ def run_live(
             view.run()  # returns on q, a stop signal or the end of --duration, its display closed
         except KeyboardInterrupt:
             pass
+        except OSError as error:
+            if not output_gone(error):
+                raise
+            stop.hang_up()
         finally:
             # From here on signals are only recorded: the teardown is bounded and must finish.
             began = time.monotonic()
             why = f"{stop.received.name}: " if stop.received is not None else ""
-            err.print(f"{why}stopping {len(fleet.children())} processes by pid …")
-            if view is not None:
-                view.shutdown()
-            else:
-                fleet.stop()
-            for line in view.fault_summary() if view is not None else ():
-                err.print(f"  {line}")
-            err.print(
-                f"stopped: every process this command started has exited ({time.monotonic() - began:.1f} s)"
-            )
+            say(err, f"{why}stopping {len(fleet.children())} processes by pid …")
+            try:
+                if view is not None:
+                    view.shutdown()
+                else:
+                    fleet.stop()
+            finally:
+                for line in view.fault_summary() if view is not None else ():
+                    say(err, f"  {line}")
+                say(
+                    err,
+                    f"stopped: every process this command started has exited "
+                    f"({time.monotonic() - began:.1f} s)",
+                )
+
+
+def output_gone(error: OSError) -> bool:
+    """The terminal hung up (EIO, ENXIO) or the pipe's reader left (EPIPE): nobody is watching."""
+    return error.errno in (errno.EIO, errno.ENXIO, errno.EPIPE)
+
+
+def say(console: Console, text: str) -> None:
+    """Print if anyone can still read it: a write to a terminal that went away never interrupts
+    the teardown."""
+    with contextlib.suppress(OSError, ValueError):
+        console.print(text)
 
 
 def run_scenario(
@@ -93,9 +117,10 @@ def run_scenario(
     err = Console(stderr=True, soft_wrap=True)
 
     def progress(message: str) -> None:
-        err.print(f"[dim]local up:[/] {message}", highlight=False)
+        with contextlib.suppress(OSError, ValueError):  # as `say`: output gone never stops the run
+            err.print(f"[dim]local up:[/] {message}", highlight=False)
 
-    with StopSignals() as stop, stop.raising(), _scratch(root) as base:
+    with StopSignals() as stop, stop.raising(), _scratch(root) as base, Lifeline(None if root else base):
         scenario = FailoverScenario(
             base,
             workers=workers,

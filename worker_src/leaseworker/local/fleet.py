@@ -160,17 +160,26 @@ class Fleet:
         self._admin(lambda admin: admin.create_table())
 
     def stop(self) -> None:
-        for worker in list(self.workers.values()):
-            if worker.process.alive():
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(worker.pid, signal.SIGCONT)  # the worker child too
-            worker.process.stop(timeout=self.timings.shutdown_grace_seconds + 2)
+        """Stop the workers, then the services: each one whatever happened to those before it
+        (an error is raised once every step has run)."""
+        with contextlib.ExitStack() as steps:  # runs its callbacks last in, first out
+            for service in (self.dynamodb, self.moto, self.feed, *reversed(self.replays.values())):
+                if service is not None:
+                    steps.callback(service.stop)
+            steps.callback(self._close_admin)
+            for worker in reversed(self.workers.values()):
+                steps.callback(self._stop_worker, worker)
+
+    def _stop_worker(self, worker: WorkerProcess) -> None:
+        if worker.process.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker.pid, signal.SIGCONT)  # the worker child too
+        worker.process.stop(timeout=self.timings.shutdown_grace_seconds + 2)
+
+    def _close_admin(self) -> None:
         if self._admin_loop is not None:
             self._admin_loop.close()
             self._admin_loop = None
-        for service in (*self.replays.values(), self.feed, self.moto, self.dynamodb):
-            if service is not None:
-                service.stop()
 
     def children(self) -> list[ManagedProcess]:
         services = [s for s in (self.dynamodb, self.moto, self.feed, *self.replays.values()) if s is not None]
@@ -328,7 +337,16 @@ class Fleet:
         env["LEASEWORKER_HEALTH_FILE"] = str(self.root / "health" / f"{name}.json")
         env.update(extra_env or {})
         argv = [sys.executable, "-m", "leaseworker", "run"]
-        process = spawn(f"worker {name}", argv, port=0, log_path=self.logs / f"{name}.log", env=env)
+        # If this process dies without stopping the fleet, its table and feed die with it: the
+        # worker goes at once too (its child dies with its supervisor), no handoff to wait for.
+        process = spawn(
+            f"worker {name}",
+            argv,
+            port=0,
+            log_path=self.logs / f"{name}.log",
+            env=env,
+            death_signal=signal.SIGKILL,
+        )
         worker = WorkerProcess(name, process)
         self.workers[name] = worker
         return worker

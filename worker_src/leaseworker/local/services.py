@@ -26,6 +26,7 @@ import aioboto3
 from aiobotocore.session import ClientCreatorContext
 
 from leaseworker.aws import CLI_CLIENT_CONFIG
+from leaseworker.local.lifeline import parent_death_signal
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb import DynamoDBClient
@@ -107,7 +108,10 @@ def spawn(
     log_path: Path | None = None,
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
+    death_signal: int = signal.SIGTERM,
 ) -> ManagedProcess:
+    """Start `argv` in its own session; it gets `death_signal` if this process dies without
+    stopping it (Linux, local/lifeline.py)."""
     log = log_path.open("ab") if log_path is not None else None
     popen = subprocess.Popen(
         argv,
@@ -117,6 +121,9 @@ def spawn(
         env=env,
         cwd=cwd,
         start_new_session=True,
+        # The function only makes two system calls (resolved before the fork), so the locks
+        # other threads may hold at the fork do not matter.
+        preexec_fn=parent_death_signal(death_signal),  # noqa: PLW1509
     )
     return ManagedProcess(name, popen, port, log_path, log)
 

@@ -73,6 +73,12 @@ class StopSignals:
         if self.requested:
             raise KeyboardInterrupt
 
+    def hang_up(self) -> None:
+        """The terminal went away without a SIGHUP reaching this process (it was not the
+        terminal's session leader): the same stop request as SIGHUP."""
+        if self.received is None:
+            self.received = signal.SIGHUP
+
     def wait(self, timeout: float, fds: Sequence[int] = ()) -> list[int]:
         """Up to `timeout` s for one of `fds` to become readable; at once when a stop is requested.
 

@@ -99,13 +99,22 @@ class KeyReader:
 
     def __exit__(self, *exc: object) -> None:
         if self.fd is not None and self._saved is not None:
-            termios.tcsetattr(self.fd, termios.TCSADRAIN, self._saved)
+            with contextlib.suppress(termios.error):  # a terminal that went away has no mode to restore
+                termios.tcsetattr(self.fd, termios.TCSADRAIN, self._saved)
 
     def read(self, timeout: float) -> str:
+        """Keys typed within `timeout` s. A terminal that hung up (it reads end-of-file, or EIO,
+        whether or not a SIGHUP reached this process) is a stop request, like SIGHUP."""
         ready = self.stop.wait(timeout, [] if self.fd is None else [self.fd])
         if self.fd is None or self.fd not in ready:
             return ""
-        return os.read(self.fd, 64).decode(errors="ignore")
+        try:
+            data = os.read(self.fd, 64)
+        except OSError:
+            data = b""
+        if not data:  # in cbreak mode a read after select() returns at least one byte, or hung up
+            self.stop.hang_up()
+        return data.decode(errors="ignore")
 
 
 class LiveView:
@@ -191,14 +200,18 @@ class LiveView:
 
     def shutdown(self) -> None:
         """Stop every process the fleet started, by pid: workers first (in parallel), then services."""
-        for name, worker in self.fleet.workers.items():
-            if worker.process.alive():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(worker.pid, signal.SIGCONT)
-                    os.kill(worker.pid, signal.SIGTERM)
-                self.paused.discard(name)
-        self.fleet.stop()
-        self.monitor.close()
+        try:
+            for name, worker in self.fleet.workers.items():
+                if worker.process.alive():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(worker.pid, signal.SIGCONT)
+                        os.kill(worker.pid, signal.SIGTERM)
+                    self.paused.discard(name)
+        finally:
+            try:
+                self.fleet.stop()
+            finally:
+                self.monitor.close()
 
     # ------------------------------------------------------------------ actions
 
