@@ -4,13 +4,13 @@ An upstream counts connects per client address over a sliding window: at most `c
 `seconds`. The fleet leaves through a few NAT addresses, so the budget is one item per host key,
 shared by every worker, and taken with conditional writes.
 
-The item keeps a log of grants: `[expires_at_ms, tokens]` pairs. A worker takes a few tokens at
+The item keeps a log of grants: `[expires_at_ms, tokens]` pairs, merged per 1/STEPS of the window
+(expiries rounded up) so that the item stays under 1 KB. A worker takes a few tokens at
 once (its local cache, worker/budget.py) and must use them within `HOLD_MS`; a grant counts
 against the window until `granted + HOLD_MS + SLACK_MS + seconds`, so every connect made with
 its tokens lies inside a window that still counts them: in any window of `seconds`, at most
 `count` connects, as the upstream counts them (no burst on top of a refill, unlike a plain
-token bucket). Expired grants are dropped at each write; the log holds at most `count` entries
-and typically count / tokens-per-take.
+token bucket). Expired grants are dropped at each write.
 
 Each write is conditional on the `version` the writer read, so two takers never both spend the
 same free tokens (a lost race re-reads the item from the failed condition's ALL_OLD and tries
@@ -29,10 +29,13 @@ GetItem (1 RCU) when the worker has no fresh copy of the item; docs/tuning.md ha
 
 from __future__ import annotations
 
+import json
+import math
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
+from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
 
@@ -45,8 +48,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-HOLD_MS: Final = 1_000  # a cached token unused this long after its grant is dropped
+HOLD_MS: Final = 500  # a cached token unused this long after its grant is dropped
 SLACK_MS: Final = 1_000  # connect latency (the upgrade reaches the upstream after the take) and clocks
+STEPS: Final = 32  # the grant log's resolution: at most this many entries per window (item size)
 MAX_RACES: Final = 8  # lost conditions in one take before it reports "try again shortly"
 
 
@@ -143,7 +147,7 @@ class BudgetStore:
             if free <= 0:
                 return Take(0, _first_free_at(live, count, now), "budget spent", writes, reads)
             tokens = min(wanted, free)
-            grants = [*live, (now + HOLD_MS + SLACK_MS + int(seconds * 1000), tokens)]
+            grants = _with_grant(live, now + HOLD_MS + SLACK_MS + int(seconds * 1000), tokens, seconds)
             urgent_until = max(seen.urgent_until_ms, now + 2 * HOLD_MS) if urgent else seen.urgent_until_ms
             item: dict[str, Any] = budget_key(host) | {
                 "version": {"N": str(seen.version + 1)},
@@ -214,6 +218,19 @@ class BudgetStore:
         self._seen.pop(host, None)  # read it again before the next take
 
 
+def _with_grant(
+    live: list[tuple[int, int]], expires: int, tokens: int, seconds: float
+) -> list[tuple[int, int]]:
+    """The log with a new grant, its expiry rounded up to a step of 1/STEPS of the window and
+    merged with a grant of the same step: at most about STEPS entries (an item under 1 KB, one
+    write unit), at the price of tokens counted up to one step longer than needed."""
+    step = max(1, (int(seconds * 1000) + HOLD_MS + SLACK_MS) // STEPS)
+    expires = -(-expires // step) * step
+    if live and live[-1][0] == expires:
+        return [*live[:-1], (expires, live[-1][1] + tokens)]
+    return [*live, (expires, tokens)]
+
+
 def _first_free_at(live: list[tuple[int, int]], count: int, now: int) -> int:
     """When the first token frees up: the earliest expiry (the log is sorted by expiry)."""
     used = sum(tokens for _, tokens in live)
@@ -222,3 +239,39 @@ def _first_free_at(live: list[tuple[int, int]], count: int, now: int) -> int:
         if used < count:
             return expires
     return now + 50
+
+
+def paced_seconds(connections: int, count: int, seconds: float) -> float:
+    """How much later than without a budget the last of `connections` connects to one host can
+    be made, all wanting a token at once with the window free: a batch of `count` at once, then
+    one more per window, and a grant counts for its window plus the hold and the slack (L1's
+    budget term, docs/tuning.md)."""
+    if connections <= count:
+        return 0.0
+    counted = seconds + (HOLD_MS + SLACK_MS) / 1000  # how long a grant counts, and its rounding
+    window = counted + counted / STEPS
+    return (math.ceil(connections / count) - 1) * window
+
+
+def host_key(url: str) -> str:
+    """The default budget key: the URL's host and port, as the upstream counts per address."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "wss" else 80)
+    return f"{(parts.hostname or '').lower()}:{port}"
+
+
+def paced_term_s(connections: Iterable[tuple[str, str | None]]) -> float:
+    """L1's budget term for losing these connections at once, given as (ws_url, protocol_config
+    text): per budget host, `paced_seconds` of the connections that draw on it; the longest.
+    Connections without a budget (seqfeed/1, or no `budget` key) add nothing."""
+    lost: dict[tuple[str, int, float], int] = {}
+    for url, config_text in connections:
+        try:
+            budget = json.loads(config_text).get("budget") if config_text else None
+            if not isinstance(budget, dict):
+                continue
+            key = (str(budget.get("host") or host_key(url)), int(budget["count"]), float(budget["seconds"]))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # an invalid config never connects: it is marked failed, not paced
+        lost[key] = lost.get(key, 0) + 1
+    return max((paced_seconds(n, count, seconds) for (_, count, seconds), n in lost.items()), default=0.0)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from leaseworker.lease.admin import LeaseTableAdmin, Snapshot
+from leaseworker.lease.budget_store import paced_term_s
 from leaseworker.lease.errors import StoreError
 from leaseworker.local.fleet import TABLE, Fleet
 from leaseworker.local.services import local_dynamodb
@@ -330,6 +331,12 @@ class FleetMonitor:
             self.table_error = None
         return items
 
+    def _paced_s(self, fault: Fault) -> float:
+        """L1's budget term (docs/tuning.md): the victim's connections that draw on one host's
+        connect budget reconnect paced by it."""
+        items = [self.items.get(cid, {}) for cid in fault.epochs]
+        return paced_term_s((str(i.get("ws_url", "")), i.get("protocol_config")) for i in items)
+
     def _diff(self, before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]], now: float) -> None:
         for cid, item in after.items():
             old = before.get(cid)
@@ -465,7 +472,7 @@ class FleetMonitor:
                     )
             if record.done:
                 record.closed = True
-                bound = fault_bound_s(self.fleet, record.kind)
+                bound = fault_bound_s(self.fleet, record.kind) + self._paced_s(record)
                 verdict = "within" if record.max_s <= bound else "OVER"
                 self.events.append(
                     Event(

@@ -56,11 +56,11 @@ class Limit:
     count: int
     seconds: float
 
-    @property
-    def per_take(self) -> int:
-        """Tokens one take asks for at most: a tenth of the budget, so a worker's cache never
-        starves its peers for long, and 1 for a tight budget (Coinbase's 8 per second)."""
-        return max(1, self.count // 10)
+    def per_take(self, waiting: int) -> int:
+        """Tokens one take asks for: one per connect waiting here, never more (a token nobody
+        takes is budget lost for a window), so a takeover of N connections takes its tokens in
+        ceil(N / count) writes, and a lone reconnect in one."""
+        return max(1, min(waiting, self.count))
 
 
 @dataclass(order=True)
@@ -170,7 +170,7 @@ class ConnectBudgets:
             try:
                 take = await self._store.take(
                     limit.host,
-                    min(len(host.waiters), limit.per_take),
+                    limit.per_take(len(host.waiters)),
                     count=limit.count,
                     seconds=limit.seconds,
                     urgent=urgent,

@@ -5,20 +5,13 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
-from urllib.parse import urlsplit
 
+from leaseworker.lease.budget_store import host_key
 from leaseworker.worker.budget import Limit, priority_of
 from leaseworker.worker.session import ConnectionSession
 
 FLEET_REFUSALS = frozenset({429, 418})  # the upstream limits the client address: the whole fleet
 ROTATION_WAIT_S = 2.0
-
-
-def host_key(url: str) -> str:
-    """The default budget key: the URL's host and port, as the upstream counts per address."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "wss" else 80)
-    return f"{(parts.hostname or '').lower()}:{port}"
 
 
 def limit_of(session: ConnectionSession, url: str) -> Limit | None:
