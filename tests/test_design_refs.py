@@ -7,6 +7,7 @@ no network, only the files of the checkout.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,11 +62,12 @@ def cited_sections(text: str) -> list[str]:
 
 
 def repo_files() -> Iterator[Path]:
-    for path in ROOT.rglob("*"):
-        if any(part in SKIPPED_DIRS for part in path.relative_to(ROOT).parts):
-            continue
-        if path.is_file() and (path.suffix in SUFFIXES or path.name in NAMES):
-            yield path
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in SKIPPED_DIRS]  # never walk the venv or node_modules
+        for name in files:
+            path = Path(folder, name)
+            if path.suffix in SUFFIXES or name in NAMES:
+                yield path
 
 
 def citations() -> dict[str, list[str]]:
