@@ -96,15 +96,18 @@ def test_live_view_keys_and_ctrl_c(tmp_path: Path, marker: str, sigint: str) -> 
     screen = Screen(child)
     try:
         screen.expect("worker +pid +status +owned +load +msg/s +hb age +session")
-        screen.expect("connection +state +owner +epoch +last_seq +lag")
+        screen.expect("connection +state +owner +epoch +checkpoint +lag")
         screen.expect(r"feed-0\d +STARTED +w\d +1 ")  # a connection row with an owner at epoch 1
         screen.expect(r"w\d +\d+ +alive +\d+ +\d+ +\d+ +\d+\.\d s +live ")  # a session's load and age
         # The mixed fleet: the protocol column, and the two real feeds' replays beside the 6.
-        screen.expect("connection +state +owner +epoch +last_seq +lag +protocol +gaps +lease")
+        screen.expect("connection +state +owner +epoch +checkpoint +lag +protocol +gaps +lease")
         screen.expect(r"coinbase-1 +STARTED +w\d +\d+ .*generic/1 \[coinbase-exchange\]")
         screen.expect(r"feed-0\d +STARTED +w\d +\d+ .*seqfeed/1 +- ")
         screen.expect(r"jetstream-1 +STARTED +w\d +\d+ .*generic/1 \[jetstream\] +0 ")
         screen.expect("all 8 connections owned")  # 6 seqfeed/1 + jetstream-1 + coinbase-1
+        # Session mode (the default) checkpoints into the owner's checkpoint item: the column shows
+        # that effective checkpoint moving, not the item's last_seq (-1 until a release or claim).
+        screen.expect(r"feed-0\d +STARTED +w\d +1 +[1-9]\d* +\d+ +seqfeed/1 ", timeout=15)
         running = processes_with_marker(marker)
         assert len(running) >= 8, running  # DynamoDB Local, moto, the feed, 2 replays, three workers
 

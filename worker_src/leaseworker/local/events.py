@@ -511,18 +511,19 @@ class FleetMonitor:
     # ------------------------------------------------------------------ queries
 
     def lag(self, cid: str) -> int | None:
-        """Records in the sink not yet covered by the checkpoint: highest sink seq − last_seq."""
+        """Records in the sink not yet covered by the checkpoint: highest sink seq − the
+        effective checkpoint (`checkpoint_of`)."""
         if cid not in self.sink_max:
             return None
         item = self.items.get(cid, {})
         conn = self.conn_stats.get(cid)
         if item.get("protocol", "seqfeed/1") != "seqfeed/1" and conn is not None:
             # generic/1 seqs restart at 0 in each epoch: compare within the current one.
-            # The item's last_seq may still be an older epoch's (in session mode the checkpoint
-            # lives in the owner's checkpoint item until a release): then the lag is unknown.
-            lag = conn.epoch_max_seq - int(item.get("last_seq", -1))
+            # The checkpoint may still be an older epoch's (the new owner has not written one
+            # yet): then the lag is unknown.
+            lag = conn.epoch_max_seq - checkpoint_of(item)
             return lag if conn.epoch == int(item.get("lease_epoch", 0)) and lag >= 0 else None
-        return self.sink_max[cid] - int(item.get("last_seq", -1))
+        return self.sink_max[cid] - checkpoint_of(item)
 
     def busiest(self, candidates: list[str]) -> str | None:
         """The candidate worker owning the most connections (ties: the oldest name)."""
@@ -532,6 +533,14 @@ class FleetMonitor:
 
     def close(self) -> None:
         self.reader.close()
+
+
+def checkpoint_of(item: dict[str, Any]) -> int:
+    """The effective checkpoint (docs/design.md §2b) that `LeaseTableAdmin.snapshot` computed for
+    the item: the newer of its last_seq and its owner's batched entry. In session mode last_seq
+    alone moves only on a release or a claim."""
+    value = item.get("checkpoint", item.get("last_seq", -1))
+    return int(value) if isinstance(value, int | float) else -1
 
 
 def _order(name: str) -> int:

@@ -22,16 +22,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, RenderableType
 from rich.live import Live
-from rich.table import Table
-from rich.text import Text
 
-from leaseworker.lease.held_store import SESSION_HELD
-from leaseworker.local.events import Fault, FaultKind, FleetMonitor, fault_bound_s, fault_name
+from leaseworker.local import screen
+from leaseworker.local.events import Fault, FaultKind, FleetMonitor
 from leaseworker.local.fleet import Fleet
-from leaseworker.local.replays import DemoFeed, protocol_label
+from leaseworker.local.replays import DemoFeed
 from leaseworker.local.stopping import StopSignals
 
 REFRESH_S = 0.5
@@ -39,29 +36,6 @@ PLAIN_SUMMARY_S = 5.0
 AUTO_FIRST_FAULT_S = 10.0
 AUTO_GAP_S = 6.0
 AUTO_WAIT_S = 20.0
-
-STYLES = {
-    "fault": "bold red",
-    "taken over": "bold green",
-    "handed off": "bold cyan",
-    "acquired": "green",
-    "released": "cyan",
-    "lost": "yellow",
-    "self-fenced": "bold yellow",
-    "gap": "bold magenta",
-    "resumed": "bold blue",
-    "note": "dim",
-    "auto": "bold magenta",
-}
-
-KEYS = (
-    "k kill the worker child  h kill the whole group (host loss)  p pause/resume  t terminate  "
-    "a add worker  c add connection  s stop connection  q quit"
-)
-
-
-def session_text(state: str) -> Text:
-    return Text(state, "red" if state.startswith("fenced") else "dim" if state == "withdrawn" else "")
 
 
 @dataclass
@@ -344,165 +318,7 @@ class LiveView:
     # ------------------------------------------------------------------ rendering
 
     def render(self) -> RenderableType:
-        workers = self._workers_table()
-        conns = self._connections_table()
-        if self.console.width >= 220:  # the connections table alone is about 125 wide
-            grid = Table.grid(padding=(0, 3))
-            grid.add_row(workers, conns)
-            body: RenderableType = grid
-        else:
-            body = Group(workers, conns)
-        fixed = Group(self._header(), body, self._measured(), self._footer())
-        used = len(self.console.render_lines(fixed, self.console.options, pad=False))
-        room = max(3, self.console.height - used - 2)  # the events title, and the cursor line
-        return Group(self._header(), body, self._measured(), self._events(room), self._footer())
-
-    def _measured(self) -> Text:
-        text = Text()
-        text.append("failovers: ", style="bold")
-        if not self.monitor.faults:
-            text.append("none yet — press k, h, p or t (or wait for the automatic ones)", style="dim")
-        for fault in self.monitor.faults[-3:]:
-            bound = fault_bound_s(self.fleet, fault.kind)
-            text.append(f"\n  {fault_name(fault.kind)} {fault.worker}: ")
-            if not fault.epochs:
-                text.append("it held no connections", style="dim")
-                continue
-            ok = fault.max_s <= bound
-            state = "" if fault.closed else " so far"
-            text.append(
-                f"{len(fault.times_s)}/{len(fault.epochs)} {fault.measured_as}{state}, "
-                f"max {fault.max_s:.2f} s (bound {bound:.1f} s)",
-                style=("green" if ok else "red") if fault.closed else "yellow",
-            )
-        return text
-
-    def _header(self) -> Text:
-        t = self.fleet.timings
-        up = time.monotonic() - self.started
-        text = Text()
-        text.append("leaseworker local fleet", style="bold")
-        text.append(
-            f"  up {int(up) // 60:02d}:{int(up) % 60:02d}  ·  DynamoDB Local {self.fleet.endpoint}  ·  "
-            f"feed {self.fleet.feed_url}  ·  sink {self.fleet.sink_dir}\n"
-        )
-        if self.fleet.replay_urls:
-            text.append(
-                "replays: "
-                + "  ·  ".join(f"{feed} {url}" for feed, url in self.fleet.replay_urls.items())
-                + "\n"
-            )
-        text.append(
-            f"FAST timings: lease {t.lease_seconds:g} s, heartbeat {t.heartbeat_seconds:g} s, reconcile "
-            f"{t.reconcile_seconds:g} s, skew {t.max_clock_skew_ms} ms → a crashed worker child's "
-            f"connections are taken over within ≈ {fault_bound_s(self.fleet, 'crash'):.1f} s, a lost host's "
-            f"within ≈ {fault_bound_s(self.fleet, 'kill'):.1f} s; a graceful stop hands off in "
-            f"≈ {fault_bound_s(self.fleet, 'terminate'):g} s",
-            style="dim",
-        )
-        return text
-
-    def _workers_table(self) -> Table:
-        table = Table(box=box.SIMPLE_HEAD, title="workers", title_justify="left", pad_edge=False)
-        numbers = ("owned", "load", "msg/s", "delivered")
-        columns = ("worker", "pid", "status", "owned", "load", "msg/s", "hb age", "session", "delivered")
-        for column in columns:
-            table.add_column(column, justify="right" if column in numbers else "left")
-        for name, worker in self.fleet.workers.items():
-            stats = self.monitor.workers.get(name)
-            code = worker.process.popen.poll()
-            if code is None:
-                status = Text("paused", "yellow") if name in self.paused else Text("alive", "green")
-            elif code == -signal.SIGKILL:
-                status = Text("killed", "red")
-            elif code == 128 + signal.SIGKILL:  # its supervisor exits with the child's status
-                status = Text("killed (child)", "red")
-            else:
-                status = Text(f"exited {code}", "dim")
-            age = stats.heartbeat_age_s if stats else None
-            table.add_row(
-                name,
-                str(worker.pid),
-                status,
-                str(stats.owned if stats else 0),
-                "-" if stats is None or stats.load is None else str(stats.load),
-                f"{stats.rate:.0f}" if stats else "0",
-                "-" if age is None else f"{age:.1f} s",
-                session_text(stats.session if stats else "-"),
-                str(stats.delivered if stats else 0),
-            )
-        return table
-
-    def _connections_table(self) -> Table:
-        table = Table(box=box.SIMPLE_HEAD, title="connections", title_justify="left", pad_edge=False)
-        numbers = ("epoch", "last_seq", "lag", "gaps")
-        columns = ("connection", "state", "owner", "epoch", "last_seq", "lag", "protocol", "gaps", "lease")
-        for column in (*columns, "last_error"):
-            table.add_column(
-                column, justify="right" if column in numbers else "left", no_wrap=column != "last_error"
-            )
-        now = time.time() * 1000
-        for cid, item in sorted(self.monitor.items.items()):
-            expires = int(item.get("lease_expires_at_ms", 0) or 0)
-            owner = item.get("lease_owner")
-            if not owner or expires == 0:
-                lease = Text("free", "yellow")
-            elif expires == SESSION_HELD:
-                lease = Text("session")  # live while its owner's session is (docs/design.md §2b)
-            elif expires > now:
-                lease = Text(f"{(expires - now) / 1000:.1f} s left")
-            else:
-                lease = Text(f"expired {(now - expires) / 1000:.1f} s", "red")
-            lag = self.monitor.lag(cid)
-            protocol = protocol_label(item)
-            conn = self.monitor.conn_stats.get(cid)
-            gaps = "-" if protocol == "seqfeed/1" else str(conn.gaps if conn else 0)
-            table.add_row(
-                cid,
-                str(item.get("desired_state", "?")),
-                str(owner or "-"),
-                str(item.get("lease_epoch", 0)),
-                str(item.get("last_seq", -1)),
-                "-" if lag is None else str(lag),
-                Text(protocol, "dim" if protocol == "seqfeed/1" else "bold"),
-                gaps,
-                lease,
-                str(item.get("last_error") or ""),
-            )
-        return table
-
-    def _events(self, room: int) -> Table:
-        table = Table(box=None, title="events", title_justify="left", show_header=False, pad_edge=False)
-        # Fixed widths for the stamp and the kind: a long event text is cut, never they.
-        table.add_column("t", style="dim", no_wrap=True, min_width=10)
-        table.add_column("kind", no_wrap=True, min_width=11)
-        table.add_column("what", no_wrap=True, overflow="ellipsis")
-        for event in list(self.monitor.events)[-room:]:
-            style = STYLES.get(event.kind, "")
-            table.add_row(event.stamp(), Text(event.kind, style), Text(event.text, style))
-        return table
-
-    def _footer(self) -> Text:
-        target = self.target() or "-"
-        paused = sorted(self.paused)
-        text = Text()
-        text.append("keys: ", style="bold")
-        pause = f"resume {paused[0]}" if paused else f"pause {target}"
-        text.append(
-            f"k kill {target}'s child  h host-kill {target}  p {pause}  t terminate {target}  "
-            f"a add worker  c add connection  s stop {self.stop_target() or '-'}  q/Ctrl-C quit\n"
-        )
-        text.append(
-            "lag = highest seq in the sink − checkpoint (last_seq): delivered, not yet checkpointed. "
-            "hb age, load, session: from each worker's session item (its last heartbeat; fenced "
-            "confirmed = its supervisor saw it die, suspected = a peer saw its heartbeat stop). "
-            "taken over / handed off = signal → new subscribe seen by the feed (or replay). self-fenced "
-            "comes from the worker's own log. gap = a gap marker in the sink (a feed that cannot replay "
-            "marks every hole: reason, duration, cursors before→after); resumed = a replayable feed "
-            "moved without one. generic/1 last_seq counts per epoch from 0.",
-            style="dim",
-        )
-        return text
+        return screen.render(self)
 
     # ------------------------------------------------------------------ plain output
 
