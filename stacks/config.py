@@ -102,6 +102,9 @@ DEV_MIN_TASKS = 1
 # Kinesis data retention (hours): the service's bounds, and the stage defaults (prod: a week,
 # so a consumer outage over a weekend loses nothing).
 KINESIS_RETENTION_BOUNDS = (24, 8760)
+# kinesisShards: 0 is on-demand (no shard math; a per-stream hourly charge), N > 0 is a
+# provisioned stream of N shards (1,000 records/s and 1 MiB/s each; cheaper for a quiet fleet).
+KINESIS_MAX_SHARDS = 500
 DEV_KINESIS_RETENTION_HOURS = 24
 PROD_KINESIS_RETENTION_HOURS = 168
 
@@ -143,6 +146,7 @@ class LeaseworkerConfig:
     sink: SinkKind = "kinesis"
     # None: the stage's default, see `stream_retention_hours` (dev 24, prod 168).
     kinesis_retention_hours: int | None = None
+    kinesis_shards: int = 0
     # Fleet and network. minTasks absent from the context: dev 1, prod PROD_MIN_TASKS (load_config).
     min_tasks: int = DEV_MIN_TASKS
     allow_single_task_prod: bool = False
@@ -305,6 +309,12 @@ PARAMETERS: tuple[Parameter, ...] = (
         parse_int,
         f"{KINESIS_RETENTION_BOUNDS[0]}..{KINESIS_RETENTION_BOUNDS[1]}; default: dev 24, prod 168",
     ),
+    Parameter(
+        "kinesisShards",
+        "kinesis_shards",
+        parse_int,
+        f"0 (on-demand) or 1..{KINESIS_MAX_SHARDS} shards (provisioned)",
+    ),
     Parameter("minTasks", "min_tasks", parse_positive, f">= 1; default: dev 1, prod {PROD_MIN_TASKS}"),
     Parameter("allowSingleTaskProd", "allow_single_task_prod", parse_bool, "true to let prod run minTasks=1"),
     Parameter("maxTasks", "max_tasks", parse_positive, ">= minTasks"),
@@ -402,6 +412,12 @@ def validate(config: LeaseworkerConfig) -> LeaseworkerConfig:
         "replaced); pass -c allowSingleTaskProd=true to run fewer on purpose",
     )
     _check(c.max_tasks >= c.min_tasks, c, "max_tasks", f"must be >= minTasks ({c.min_tasks})")
+    _check(
+        0 <= c.kinesis_shards <= KINESIS_MAX_SHARDS,
+        c,
+        "kinesis_shards",
+        f"must be 0 (on-demand) or 1..{KINESIS_MAX_SHARDS} (a provisioned stream's shards)",
+    )
     low, high = KINESIS_RETENTION_BOUNDS
     _check(
         low <= c.stream_retention_hours <= high,

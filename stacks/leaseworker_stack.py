@@ -91,7 +91,13 @@ class LeaseworkerStack(Stack):
         lease_table = LeaseTable(self, "LeaseTable", retain=retain)
         notifications = NotificationQueue(self, "Notifications", retain=retain)
         sink = (
-            KinesisSink(self, "Sink", retain=retain, retention_hours=config.stream_retention_hours)
+            KinesisSink(
+                self,
+                "Sink",
+                retain=retain,
+                retention_hours=config.stream_retention_hours,
+                shards=config.kinesis_shards,
+            )
             if config.sink == "kinesis"
             else None
         )

@@ -13,14 +13,19 @@ PRODUCER_ACTIONS: tuple[str, ...] = ("kinesis:PutRecords",)
 
 
 class KinesisSink(Construct):
-    """On-demand capacity (no shard math as the fleet scales), encrypted with aws/kinesis."""
+    """On-demand capacity by default (no shard math as the fleet scales), or `shards` provisioned
+    shards (cheaper when the fleet's records stay well under 1,000/s per shard: docs/cost.md).
+    Encrypted with aws/kinesis."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, retain: bool, retention_hours: int) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, retain: bool, retention_hours: int, shards: int
+    ) -> None:
         super().__init__(scope, construct_id)
         self.stream = kinesis.Stream(
             self,
             "Stream",
-            stream_mode=kinesis.StreamMode.ON_DEMAND,
+            stream_mode=kinesis.StreamMode.PROVISIONED if shards else kinesis.StreamMode.ON_DEMAND,
+            shard_count=shards or None,
             encryption=kinesis.StreamEncryption.MANAGED,
             retention_period=Duration.hours(retention_hours),
             removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,

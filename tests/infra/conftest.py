@@ -129,6 +129,7 @@ CUSTOM: dict[str, Any] = {
     "allowSingleTaskProd": "true",
     # No effect with sink=null: test_production.py tests it on a prod stack with a stream.
     "kinesisRetentionHours": "72",
+    "kinesisShards": "2",
     "cpuArchitecture": "arm64",
     "collectorImage": (
         "123456789012.dkr.ecr.eu-west-1.amazonaws.com/ecr-public/aws-observability/aws-otel-collector"

@@ -161,6 +161,11 @@ BAD: list[tuple[str, Any, str]] = [
         "invalid context kinesisRetentionHours=12: must be between 24 and 8760 hours "
         "(Kinesis Data Streams' retention limits)",
     ),
+    (
+        "kinesisShards",
+        "-1",
+        "invalid context kinesisShards=-1: must be 0 (on-demand) or 1..500 (a provisioned stream's shards)",
+    ),
     ("allowSingleTaskProd", "yes", "invalid context allowSingleTaskProd='yes': must be true or false"),
     ("cpuArchitecture", "amd64", "invalid context cpuArchitecture='amd64': must be one of x86_64 | arm64"),
     (

@@ -88,6 +88,7 @@ OTHER_EFFECTS["collectorImage"] = lambda s: _container_image(s, "otel-collector"
 EFFECTS_TESTED_ELSEWHERE: dict[str, str] = {
     "kinesisRetentionHours": "test_production.py::test_prod_stream_is_retained_for_a_week",
     "allowSingleTaskProd": "test_production.py::test_prod_single_task_only_when_explicit",
+    "kinesisShards": "test_production.py::test_kinesis_shards_make_a_provisioned_stream",
 }
 
 EXPECTED_CUSTOM_EFFECTS: dict[str, object] = {

@@ -350,6 +350,14 @@ def test_prod_stream_is_retained_for_a_week(default: Synth, prod: Synth) -> None
     assert changed.one("AWS::Kinesis::Stream")["Properties"]["RetentionPeriodHours"] == 72
 
 
+def test_kinesis_shards_make_a_provisioned_stream(default: Synth) -> None:
+    on_demand = default.one("AWS::Kinesis::Stream")["Properties"]
+    assert on_demand["StreamModeDetails"] == {"StreamMode": "ON_DEMAND"}
+    assert "ShardCount" not in on_demand
+    provisioned = synthesize({"kinesisShards": "2"}).one("AWS::Kinesis::Stream")["Properties"]
+    assert (provisioned["StreamModeDetails"], provisioned["ShardCount"]) == ({"StreamMode": "PROVISIONED"}, 2)
+
+
 def test_prod_single_task_only_when_explicit() -> None:
     with pytest.raises(ConfigError, match="allowSingleTaskProd=true"):
         synthesize({"stage": "prod", "minTasks": "1"})
