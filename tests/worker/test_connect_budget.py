@@ -110,6 +110,7 @@ async def test_write_cost_per_connect(ddb: DynamoDBClient, table: str) -> None:
     await budgets.close()
     assert time.monotonic() - started < 5
     per_connect = budgets.write_units / 100
+    print(f"\nbudget cost, a takeover of 100: {budgets.write_units} WRU, {budgets.read_units} RCU")
     assert 0 < per_connect <= 0.02, per_connect  # takes of 1 WRU each (DynamoDB Local reports them)
 
 
@@ -157,3 +158,4 @@ async def test_one_write_unit_per_take_in_the_steady_state(ddb: DynamoDBClient, 
     item = (await ddb.get_item(TableName=table, Key={"connection_id": {"S": f"budget#{HOST}"}}))["Item"]
     assert len(item["grants"]["L"]) <= STEPS + 2
     assert max(units) == 1.0, units
+    print(f"\nbudget cost, lone reconnects: {sum(units) / len(units)} WRU per connect")

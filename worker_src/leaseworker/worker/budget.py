@@ -121,8 +121,7 @@ class ConnectBudgets:
         waited = self._clock() - started
         self._metrics.count(MetricName.ConnectsDeferred)
         self._metrics.observe(MetricName.BudgetWaitSeconds, waited)
-        if waited >= 1.0:
-            logger.info("connect waited for the host's budget", extra={"host": limit.host, "wait_s": waited})
+        logger.debug("connect waited for the host's budget", extra={"host": limit.host, "wait_s": waited})
         return waited
 
     def _use_cached(self, host: _Host) -> bool:
