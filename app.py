@@ -7,12 +7,13 @@ synth with one line on stderr naming the parameter, the value and the rule (exit
 
 from __future__ import annotations
 
+import os
 import sys
 
 from aws_cdk import App
 
 from stacks.application import build
-from stacks.config import ConfigError, load_config
+from stacks.config import ConfigError, load_config, placeholder_account_note
 
 
 def main() -> int:
@@ -22,6 +23,10 @@ def main() -> int:
     except ConfigError as error:
         print(error, file=sys.stderr)
         return 1
+    # The CLI sets CDK_DEFAULT_ACCOUNT when it finds credentials; synth itself stays offline.
+    note = placeholder_account_note(config, os.environ.get("CDK_DEFAULT_ACCOUNT"))
+    if note is not None:
+        print(note, file=sys.stderr)
     build(app, config)
     app.synth()
     return 0

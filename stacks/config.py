@@ -508,6 +508,18 @@ def load_config(get_context: Callable[[str], Any], keys: Iterable[str] | None = 
     return validate(LeaseworkerConfig(**cast(dict[str, Any], values)))
 
 
+def placeholder_account_note(config: LeaseworkerConfig, credentials_account: str | None) -> str | None:
+    """A one-line note when the CLI found credentials (CDK_DEFAULT_ACCOUNT) but the stack still
+    targets the placeholder account: a deploy would fail with an account mismatch."""
+    if config.account != DEFAULT_ACCOUNT or not credentials_account or credentials_account == DEFAULT_ACCOUNT:
+        return None
+    return (
+        f"note: synthesizing for the placeholder account {DEFAULT_ACCOUNT} (cdk.json), not your "
+        f"credentials' {credentials_account}: to deploy, pass -c account={credentials_account} "
+        "-c region=<region> (make deploy does)"
+    )
+
+
 def default_context() -> dict[str, object]:
     """The documented defaults keyed by context name (what cdk.json repeats)."""
     defaults = LeaseworkerConfig()

@@ -302,6 +302,16 @@ def test_session_mode_has_no_index_ceiling_and_matches_the_worker_limit() -> Non
     assert parse(leaseMode="session", maxConnectionsPerTask=str(MAX_ENTRIES_PER_ITEM)).lease_mode == "session"
 
 
+def test_a_plain_deploy_with_credentials_is_told_the_placeholder_account_is_used() -> None:
+    note = config_module.placeholder_account_note(parse(), "111122223333")
+    assert note == (
+        "note: synthesizing for the placeholder account 123456789012 (cdk.json), not your credentials' "
+        "111122223333: to deploy, pass -c account=111122223333 -c region=<region> (make deploy does)"
+    )
+    assert config_module.placeholder_account_note(parse(), None) is None  # offline synth: silent
+    assert config_module.placeholder_account_note(parse(account="111122223333"), "111122223333") is None
+
+
 # --- Unknown context keys ----------------------------------------------------------------------
 
 CDK_KEYS = {
