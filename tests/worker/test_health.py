@@ -11,15 +11,18 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from leaseworker.health import (
-    DEFAULT_HEALTH_FILE,
+    DEFAULT_HEALTH_DIR,
     HEALTH_FILE_ENV,
     HealthFile,
+    default_health_file,
+    fleet_of,
     health_file_path,
     judge,
     stale_after_seconds,
@@ -81,9 +84,55 @@ def test_judge(content: str, is_alive: Callable[[int], bool], ok: bool, says: st
 
 
 def test_the_path_comes_from_the_environment() -> None:
-    assert health_file_path({}) == Path(DEFAULT_HEALTH_FILE) == Path("/tmp/leaseworker/health.json")
     assert health_file_path({HEALTH_FILE_ENV: "/x/h.json"}) == Path("/x/h.json")
     assert HealthFile.from_env({HEALTH_FILE_ENV: "/x/h.json"}).path == Path("/x/h.json")
+    default = health_file_path({})
+    assert default.parent == Path(DEFAULT_HEALTH_DIR) == Path("/tmp/leaseworker")
+    assert re.fullmatch(r"health-[0-9a-f]{16}\.json", default.name), default
+
+
+def test_the_default_path_is_one_fleets_and_one_users() -> None:
+    """Another checkout's fleet (another endpoint), another table, region or user: another file.
+    The same environment (the worker's and its container's health check): the same file."""
+    base = {
+        "TABLE_NAME": "t",
+        "AWS_ENDPOINT_URL_DYNAMODB": "http://127.0.0.1:8000",
+        "AWS_REGION": "eu-west-1",
+    }
+    same = default_health_file(dict(base), uid=1000)
+    assert default_health_file(dict(base), uid=1000) == same
+    # AWS_ENDPOINT_URL and AWS_DEFAULT_REGION count as the worker's settings read them.
+    alias = {
+        "TABLE_NAME": "t",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:8000",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+    }
+    assert default_health_file(alias, uid=1000) == same
+    others = [
+        {**base, "AWS_ENDPOINT_URL_DYNAMODB": "http://127.0.0.1:8001"},
+        {**base, "TABLE_NAME": "u"},
+        {**base, "AWS_REGION": "us-east-1"},
+    ]
+    paths = {default_health_file(env, uid=1000) for env in others} | {default_health_file(base, uid=1001)}
+    assert same not in paths and len(paths) == 4
+    assert fleet_of(base) == {"table": "t", "endpoint": "http://127.0.0.1:8000", "region": "eu-west-1"}
+    assert fleet_of({})["table"] == "leaseworker-connections" and fleet_of({})["endpoint"] == ""
+
+
+def test_judge_refuses_another_fleets_worker() -> None:
+    mine = {"table": "t", "endpoint": "http://127.0.0.1:8000", "region": "us-east-1"}
+    theirs = {**mine, "endpoint": "http://127.0.0.1:9000"}
+    ok, reason = judge(record(fleet=mine), NOW, is_alive=alive, fleet=mine)
+    assert ok, reason
+    assert "worker w1 (pid 42) of table t at http://127.0.0.1:8000 in us-east-1 heartbeat 1.0 s ago" in reason
+    ok, reason = judge(record(fleet=theirs), NOW, is_alive=alive, fleet=mine)
+    assert not ok
+    assert reason == (
+        "the health file is worker w1 (pid 42)'s, of table t at http://127.0.0.1:9000 in us-east-1, "
+        "not of table t at http://127.0.0.1:8000 in us-east-1"
+    )
+    assert not judge(record(), NOW, is_alive=alive, fleet=mine)[0]  # a record that names no fleet
+    assert judge(record(fleet=theirs), NOW, is_alive=alive)[0]  # an explicit file: judged as it is
 
 
 def test_beat_writes_atomically_into_a_new_directory(tmp_path: Path) -> None:
@@ -196,3 +245,70 @@ def test_health_cli_for_a_stale_missing_or_unreadable_file(tmp_path: Path) -> No
     fresh = tmp_path / "fresh.json"
     fresh.write_text(record(pid=os.getpid(), monotonic=time.monotonic()))
     assert health_cli(fresh).returncode == 0
+
+
+# A worker that writes its default health file, as `leaseworker run` does with its environment.
+DEFAULT_FILE_WORKER = textwrap.dedent(
+    """
+    import sys, time
+    from leaseworker.health import HealthFile
+    health = HealthFile.from_env()
+    print(health.path, flush=True)
+    while True:
+        health.beat(worker_id=sys.argv[1], heartbeat_seconds=0.1, lease_seconds=30.0)
+        time.sleep(0.1)
+    """
+)
+
+
+def test_health_never_reports_another_fleets_worker_on_a_shared_host() -> None:
+    """Two fleets on one host (two checkouts, each with its DynamoDB Local): each one's
+    `leaseworker health` judges its own worker, and with no worker of its own says so, instead of
+    reporting the other's (the review saw `unhealthy: worker wa (pid 29805) is shutting down` from
+    another checkout)."""
+    run = uuid.uuid4().hex[:8]
+    env = {k: v for k, v in os.environ.items() if k != HEALTH_FILE_ENV and not k.startswith("AWS_ENDPOINT")}
+    fleets = {
+        name: {
+            **env,
+            "TABLE_NAME": "leaseworker-connections",
+            "AWS_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL_DYNAMODB": f"http://fleet-{name}-{run}.invalid:8000",
+        }
+        for name in ("a", "b")
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "-c", DEFAULT_FILE_WORKER, "wa"], env=fleets["a"], stdout=subprocess.PIPE, text=True
+    )
+    assert worker.stdout is not None
+    path = Path(worker.stdout.readline().strip())
+    try:
+        deadline = time.monotonic() + 10
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        mine = subprocess.run(
+            [str(LEASEWORKER), "health"],
+            env=fleets["a"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert mine.returncode == 0, mine.stderr
+        assert mine.stdout.startswith(
+            f"healthy: worker wa (pid {worker.pid}) of table leaseworker-connections"
+        )
+        theirs = subprocess.run(
+            [str(LEASEWORKER), "health"],
+            env=fleets["b"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert_unhealthy(theirs, f"no health file for table leaseworker-connections at http://fleet-b-{run}")
+        assert "wa" not in theirs.stderr
+    finally:
+        worker.kill()
+        worker.wait()
+        path.unlink(missing_ok=True)
