@@ -12,7 +12,7 @@ from aws_cdk.assertions import Capture, Match
 from stacks import observability
 from stacks.config import ConfigError
 from stacks.worker_service import HealthCheckTiming, max_healthy_percent
-from tests.infra.conftest import Synth, container_environment
+from tests.infra.conftest import REPO, Synth, container_environment
 from tests.infra.conftest import synth as synthesize
 
 CLOUDWATCH_CONDITIONS = {
@@ -487,3 +487,16 @@ def test_deployment_alarms_form_no_dependency_cycle(default: Synth) -> None:
     # And the service does depend on the alarms (so the check covers the deployment alarms).
     (service_id,) = default.resources("AWS::ECS::Service")
     assert any("Alarm" in target for target in edges[service_id])
+
+
+def test_another_region_synthesizes_offline() -> None:
+    """`-c region=eu-west-1` needs no lookup: cdk.context.json carries the placeholder account's
+    AZ facts for the common regions (a real account's are looked up once by the CLI)."""
+    facts = json.loads((REPO / "cdk.context.json").read_text())
+    for key, zones in facts.items():
+        region = key.rsplit("region=", 1)[1]
+        assert len(zones) >= 2 and all(zone.startswith(region) for zone in zones), key
+    other = synthesize({"region": "eu-west-1"})
+    zones = {s["Properties"]["AvailabilityZone"] for s in other.resources("AWS::EC2::Subnet").values()}
+    assert zones == {"eu-west-1a", "eu-west-1b"}
+    assert other.stack.region == "eu-west-1"
