@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -234,7 +235,9 @@ def list_(ctx: click.Context, as_json: bool, table: str | None, endpoint_url: st
             f"no connections in {target.table}: add one with `leaseworker connections add ID --url URL`"
         )
         return
-    Console().print(render_table(items, title=f"{len(items)} connections in {target.table}"))
+    Console(width=None if sys.stdout.isatty() else PIPED_WIDTH).print(
+        render_table(items, title=f"{len(items)} connections in {target.table}")
+    )
 
 
 @target_options
@@ -257,7 +260,15 @@ def show(
     click.echo(render_show(item, int(time.time() * 1000)))
 
 
+# Piped or redirected, a table is as wide as its rows (not folded at 80 columns): it is read by
+# grep, less -S or a file, not a terminal's width.
+PIPED_WIDTH = 10_000
 _SHOWN_FIRST = ("connection_id", "desired_state", "protocol", "preset", "ws_url")
+# What `show` adds after a value, so that nobody reads the wrong number.
+_NOTES = {
+    "last_seq": "(the item's own; `checkpoint` is what a takeover resumes after)",
+    "updated_at_ms": "(the item's last write; in session mode its checkpoints do not touch it)",
+}
 _SHOWN_APART = frozenset({"protocol_config"})
 _TIMES = frozenset({"lease_expires_at_ms", "updated_at_ms"})
 
@@ -289,7 +300,8 @@ def render_show(item: dict[str, Any], now_ms: int) -> str:
             shown = "-"
         else:
             shown = str(value)
-        lines.append(f"{key:<{width}}  {shown}")
+        note = _NOTES.get(key) if key != "last_seq" or "checkpoint" in item else None
+        lines.append(f"{key:<{width}}  {shown}" + (f"  {note}" if note and value is not None else ""))
     config = item.get("protocol_config")
     if config:
         lines.append("protocol_config (as stored; secrets are references):")
