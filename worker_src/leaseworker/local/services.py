@@ -179,6 +179,9 @@ def start_dynamodb_local(
     port = port or free_port()
     argv = [
         java,
+        # No /tmp/hsperfdata_<user>/<pid> file: nothing of the JVM outside its process, nothing
+        # left behind when it is killed (the perf counters are for jstat, which nobody runs here).
+        "-XX:-UsePerfData",
         f"-Djava.library.path={lib / 'DynamoDBLocal_lib'}",
         "-jar",
         str(lib / "DynamoDBLocal.jar"),
