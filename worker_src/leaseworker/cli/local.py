@@ -89,6 +89,8 @@ def up(  # noqa: PLR0917  (click passes options as keywords)
       p pause/resume (SIGSTOP/SIGCONT)   t terminate (SIGTERM)
       a add worker       c add connection                   s stop a connection
       q or Ctrl-C        stop every process it started, by pid, and exit
+    Closing the terminal stops them too, and so does a kill of this command (even
+    SIGKILL, on Linux): nothing it started outlives it, and its temporary directory goes.
     Unless --no-auto-faults, about 10 s after start it kills one worker's child,
     then terminates another, and shows how long the takeover and the handoff took.
 
