@@ -76,6 +76,7 @@ class RunConfig:
     feed_rate: float = DEFAULT_FEED_RATE
     timings: Timings = FAST
     unsafe: str | None = None  # a negative control: LEASEWORKER_UNSAFE_TEST_ONLY_DISABLE value
+    hold_releases_s: float = 0.0  # the proxied worker's releases wait this long (throttle_proxy.py)
     protect: int = 0  # base workers no process nemesis may pick (the soak measures their memory)
     verbose: bool = True
 
@@ -210,6 +211,7 @@ def run(config: RunConfig) -> Verdict:
             table_stream = asyncio.run(enable(fleet.endpoint))  # before any worker writes
             proxy = FaultProxyThread("127.0.0.1", fleet.dynamodb.port, seed=schedule.seed)
             with proxy:
+                proxy.hold_releases(config.hold_releases_s)
                 chaos = ChaosRun(config, fleet, proxy, arbiter_url=arbiter.url, table_stream=table_stream)
                 return _execute(chaos)
         finally:

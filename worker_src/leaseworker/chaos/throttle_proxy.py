@@ -14,6 +14,10 @@ reply is read from DynamoDB Local, and then it is lost: either the client's conn
 instead of the reply being forwarded ("drop"), or the reply is held for `lose_delay` seconds,
 past the client's deadline, before it is forwarded ("delay"; a client that gave up has closed
 the socket, so nobody reads it). `lose_how` picks one, or "mixed" draws one per lost reply.
+
+Held releases (a run-wide setting, `hold_releases`): every write that removes `lease_owner` waits
+before it is forwarded, so the worker's leases stay RELEASING for that long (a slow release, as
+under throttling): the releasing-entry negative control needs a checkpoint round inside it.
 """
 
 from __future__ import annotations
@@ -61,11 +65,17 @@ class Faults:
 
 
 _CLAIM = re.compile(rb'"UpdateExpression":\s*"[^"]*ADD lease_epoch')
+_RELEASE = re.compile(rb'"UpdateExpression":\s*"[^"]*REMOVE lease_owner')
 
 
 def is_claim_request(request: bytes) -> bool:
     """An UpdateItem that adds 1 to the epoch: a claim or an acquire (tests/worker/lost_reply.is_claim)."""
     return b"UpdateItem" in request and _CLAIM.search(request) is not None
+
+
+def is_release_request(request: bytes) -> bool:
+    """A write that hands a connection back (release, mark-failed, free): it removes the owner."""
+    return _RELEASE.search(request) is not None
 
 
 def throttle_response(code: str, message: str = "Rate of requests exceeds the allowed throughput.") -> bytes:
@@ -124,6 +134,10 @@ class FaultProxy(TcpProxy):
         self.injected = 0
         self.forwarded = 0
         self.lost = {"drop": 0, "delay": 0, "claims": 0}
+        # Seconds every release is held before it is forwarded, for a whole run (not a nemesis:
+        # set_faults leaves it). It stretches a release's RELEASING window past checkpoint rounds.
+        self.release_hold = 0.0
+        self.releases_held = 0
         self._rng = random.Random(seed)
 
     async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
@@ -140,6 +154,9 @@ class FaultProxy(TcpProxy):
                 if mode == "blackhole":
                     continue  # swallowed: the client waits until its own deadline
                 await self._delay()
+                if self.release_hold and is_release_request(request):
+                    self.releases_held += 1
+                    await asyncio.sleep(self.release_hold)
                 if self._rng.random() < self.faults.throttle_rate:
                     self.injected += 1
                     client_writer.write(throttle_response(self.faults.throttle_code))
@@ -192,6 +209,9 @@ class FaultProxyThread(ProxyThread):
     def set_faults(self, faults: Faults) -> None:
         self._loop.call_soon_threadsafe(setattr, self.fault_proxy, "faults", faults)
 
+    def hold_releases(self, seconds: float) -> None:
+        self._loop.call_soon_threadsafe(setattr, self.fault_proxy, "release_hold", seconds)
+
     def injected(self) -> int:
         with contextlib.suppress(Exception):
             return int(asyncio.run_coroutine_threadsafe(self._injected(), self._loop).result(5))
@@ -201,10 +221,11 @@ class FaultProxyThread(ProxyThread):
         return self.fault_proxy.injected
 
     def lost(self) -> dict[str, int]:
-        """Replies lost so far: {"drop": n, "delay": n, "claims": n of them claims}."""
+        """Replies lost so far: {"drop": n, "delay": n, "claims": n of them claims}, and the
+        releases held (`hold_releases`)."""
         with contextlib.suppress(Exception):
             return dict(asyncio.run_coroutine_threadsafe(self._lost(), self._loop).result(5))
         return {}
 
     async def _lost(self) -> dict[str, int]:
-        return dict(self.fault_proxy.lost)
+        return dict(self.fault_proxy.lost) | {"releases_held": self.fault_proxy.releases_held}
