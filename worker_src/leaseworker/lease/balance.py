@@ -82,3 +82,10 @@ def unowned_beyond_room(*, free: int, peers: Sequence[PeerLoad], my_capacity: in
     level = water_level([my_capacity, *(peer.capacity for peer in peers)], to_own)
     room = sum(max(0, min(peer.capacity, level) - peer.load) for peer in peers)
     return max(0, free - room)
+
+
+def peers_with_room(*, peers: Sequence[PeerLoad], my_capacity: int, to_own: int) -> tuple[str, ...]:
+    """The live peers whose published load is below their level in this view: the ones that
+    will claim free connections now (a peer at its share claims nothing more)."""
+    level = water_level([my_capacity, *(peer.capacity for peer in peers)], to_own)
+    return tuple(peer.worker_id for peer in peers if peer.load < min(peer.capacity, level))

@@ -5,6 +5,14 @@ acquirer refreshes this worker's fair share from the fleet view, hands back conn
 then claims free connections, at most CLAIM_CONCURRENCY at once, in batches until it is full or
 a batch wins nothing.
 
+Claims are partitioned by rendezvous hashing (lease/rendezvous.py) over this worker and the peers
+that have room: each batch claims the candidates that rank us first, then, one CLAIM_STEP_SECONDS
+later and only among what a new query still finds free, those that rank us second, then all
+(RANK_STEPS). Every worker reads the same first candidates of the index, so without it peers
+raced for the same items: a 10,000-connection cold start on 9 workers lost 22,412 conditional
+writes for its 10,027 claims (2.2 per claim: 69 % of DynamoDB Local's writes were lost races,
+docs/benchmarks.md P6). A worker that sees no peers claims everything at once, as before.
+
 A claim is refused for an id already owned or being claimed. A claim whose reply was lost
 (`AcquireUncertain`: DynamoDB may have applied it) is resolved by a read: if our write landed we
 adopt the lease, otherwise nothing is ours; an applied claim is never left orphaned until expiry.
@@ -19,9 +27,10 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 
-from leaseworker.lease.balance import FleetView, fair_share, unowned_beyond_room
+from leaseworker.lease.balance import FleetView, fair_share, peers_with_room, unowned_beyond_room
 from leaseworker.lease.errors import AcquireUncertain, StoreError
 from leaseworker.lease.ownership import Ownership
+from leaseworker.lease.rendezvous import weight
 from leaseworker.lease.store import Acquired, AcquireResult, Lost, Malformed
 from leaseworker.observability.logging import get_logger
 from leaseworker.observability.metrics import MetricName, WorkerMetrics
@@ -40,6 +49,9 @@ CLAIM_CONCURRENCY = 32
 LEAST_CANDIDATES = 64
 RECONCILE_JITTER = 0.2  # each period is RECONCILE_SECONDS × uniform(0.8, 1.2)
 RESOLVE_ATTEMPTS = 3
+CLAIM_STEP_SECONDS = 0.25  # before claiming what ranks us next (as peers.TAKEOVER_STEP_SECONDS)
+RANK_STEPS = 2  # ranks claimed one step apart; after RANK_STEPS steps, every rank
+WINDOW_CLAIMERS = 4
 SHARE_REFRESH_SECONDS = 0.25  # at most this often outside reconcile, when we find ourselves full
 
 
@@ -74,6 +86,7 @@ class Acquirer:
         self._previous_shed = 0
         self._unowned = 0  # free connections in the last fleet view that no peer has room for
         self._live_peers = 0
+        self._claimers: tuple[str, ...] = ()  # peers with room in the last view: who claims now
         self._free_rounds = 0  # consecutive reconciles that saw free connections
 
     async def run(self) -> None:
@@ -105,15 +118,33 @@ class Acquirer:
         # Claim in batches until full or a batch wins nothing: one query's candidates are shared
         # with the peers reconciling at once, and waiting a whole period for the next batch left
         # a cold start idle for seconds at a time (P6 in docs/benchmarks.md).
+        reach = 0 if self._claimers and not over_share else RANK_STEPS
         while capacity > 0 and not self._stop.is_set():
-            if not await self._claim_batch(capacity, over_share=over_share) or over_share:
+            won = await self._claim_batch(capacity, over_share=over_share, reach=reach)
+            if won is None:
+                # Free connections, none ranking us within reach: their first choices may be
+                # claiming them now (or be full). A step later, look again one rank further.
+                # The share stays this reconcile's: a view taken while peers claim counts their
+                # claims neither as free nor yet as their published load, and a target cut by
+                # it ended the reconcile with the share unfilled (seen: P6 stalls of a period).
+                reach += 1
+                await wait_any(CLAIM_STEP_SECONDS, self._stop)
+                continue
+            if not won or over_share:
                 return
             capacity = self.capacity()
 
-    async def _claim_batch(self, capacity: int, *, over_share: bool) -> int:
-        """Claim up to `capacity` of the free connections; how many were acquired."""
+    async def _claim_batch(self, capacity: int, *, over_share: bool, reach: int) -> int | None:
+        """Claim up to `capacity` of the free connections that rank us within `reach` (from 0;
+        RANK_STEPS or more: all); how many were acquired, None if some were free but none
+        ranked us within reach."""
+        claimers = (self._settings.worker_id, *self._claimers)
         try:
-            candidates = await self._ownership.find_claimable(max(2 * capacity, LEAST_CANDIDATES))
+            # Reading capacity × claimers, about `capacity` of them rank us first (a window of
+            # at most WINDOW_CLAIMERS shares: each batch reads the whole window again).
+            wanted = capacity * min(len(claimers), WINDOW_CLAIMERS) if reach < RANK_STEPS else 0
+            wanted = max(wanted, 2 * capacity)
+            candidates = await self._ownership.find_claimable(max(wanted, LEAST_CANDIDATES))
         except StoreError as error:
             self._metrics.count(MetricName.LeaseAcquireFailures)
             logger.warning("reconcile query failed", extra={"error": str(error)})
@@ -122,6 +153,11 @@ class Acquirer:
         if candidates:
             self._metrics.count(MetricName.OrphansSeen, len(candidates))
         random.shuffle(candidates)  # peers reconciling at once start on different items
+        if reach < RANK_STEPS:
+            within = [cid for cid in candidates if _rank_of_first(cid, claimers) <= reach]
+            if candidates and not within:
+                return None
+            candidates = within
         if over_share:
             candidates = candidates[:capacity]
         async with asyncio.TaskGroup() as group:
@@ -154,6 +190,9 @@ class Acquirer:
         self.target = share.target
         self._unowned = unowned_beyond_room(
             free=view.free, peers=peers, my_capacity=self._settings.max_connections, to_own=to_own
+        )
+        self._claimers = peers_with_room(
+            peers=peers, my_capacity=self._settings.max_connections, to_own=to_own
         )
         # Peers' published loads lag by up to a heartbeat, so one view can show an excess that
         # is not there (a peer's claim counted neither as its load nor as free). Shed only what
@@ -249,6 +288,7 @@ class Acquirer:
         self._registry.claiming.add(connection_id)  # counted by capacity() from here on
         try:
             async with self._gate:
+                logger.debug("claim sent", connection_id=connection_id)  # bench/handoff_trace.py
                 result = await self._attempt(connection_id, attempt)
             if not isinstance(result, Acquired):
                 return result
@@ -302,3 +342,11 @@ class Acquirer:
         # Still unknown. If it was applied: in connection mode it expires in one lease period;
         # in session mode our audit finds it (worker/audit.py) within its period.
         return None
+
+
+def _rank_of_first(connection_id: str, claimers: tuple[str, ...]) -> int:
+    """The place of `claimers[0]` in rendezvous.rank(connection_id, claimers), from 0, without
+    sorting: how many of the others outweigh it (ties broken by id, as rank does)."""
+    me, others = claimers[0], set(claimers[1:]) - {claimers[0]}
+    mine = weight(connection_id, me)
+    return sum(1 for other in others if (weight(connection_id, other), me) > (mine, other))
