@@ -7,17 +7,24 @@ until the feed's session log shows every connection subscribed at once (a subscr
 claim by one connect; a lease lost closes its subscription). The feed sends nothing (rate 0), so
 checkpoints do not compete with claims. Leases lost on the way show as subscribes beyond N.
 
-Each claim is one conditional write, and DynamoDB Local serves about CEILING_WRITES_PER_S of them
-here, so the ideal is N / CEILING_WRITES_PER_S seconds; the result is reported against it.
+Each claim is one conditional write. Before the workers start, each row measures what DynamoDB
+Local serves of those on this machine at that moment (bench/write_ceiling.py: four processes of
+bare claim-shaped conditional updates, no contention), on the row's own server; the ideal is
+N / that ceiling, and claims per second are reported against it. Each worker's claims lost to a
+peer (LeaseContention) and won (LeasesAcquired) are summed from its metrics, flushed every
+METRICS_SECONDS (2 s here), up to the moment all were subscribed.
 Session mode caps MAX_CONNECTIONS at one checkpoint item's capacity (MAX_ENTRIES_PER_ITEM, 1,117),
 so 3 session-mode workers can own at most 7,602 connections: that row waits for as many as they can
 own, and a row with enough workers for all N is added.
 
-    .venv/bin/python -m bench.cold_start --mode tiny|quick|full --out DIR
+    .venv/bin/python -m bench.cold_start --mode tiny|quick|full|target --out DIR
+    (`target`: only the 10,000-connection, 4-worker session row: issue 25's P6 target)
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import tempfile
 import time
@@ -25,12 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import write_ceiling
 from bench.designs import CONNECTION, SESSION
 from bench.probe import FeedLog, add_connections, capacity_cli, owners, raise_open_files
 from leaseworker.lease.checkpoint_store import MAX_ENTRIES_PER_ITEM
 from leaseworker.local.fleet import Fleet, poll_until
 
-CEILING_WRITES_PER_S = 600.0  # DynamoDB Local's conditional writes per second on this machine
+CEILING_WRITES_PER_S = 600.0  # the timeout's estimate only; each row measures its own ceiling
+CEILING_ITEMS = 4000  # claim-shaped writes per ceiling measurement (about 7 s at 600/s)
 HEADROOM = 1.5  # MAX_CONNECTIONS = fair share × this, so the share, not the cap, decides
 
 
@@ -60,6 +69,7 @@ CONFIGS = {
         Config("tiny", 30, _rows(30)),
         Config("quick", 2000, _rows(2000)),
         Config("full", 10_000, _rows(10_000)),
+        Config("target", 10_000, (Row("session", math.ceil(10_000 / MAX_ENTRIES_PER_ITEM)),)),
     )
 }
 
@@ -80,7 +90,7 @@ def _cold_start(connections: int, row: Row) -> dict[str, Any]:
     if row.lease_mode == "session":
         cap = min(cap, MAX_ENTRIES_PER_ITEM)
     expected = min(connections, cap * row.workers)
-    timings = design.timings(1.0)
+    timings = dataclasses.replace(design.timings(1.0), metrics_seconds=2.0)
     with tempfile.TemporaryDirectory(prefix=f"bench-p6-{row.lease_mode}-") as root:
         fleet = Fleet(
             Path(root),
@@ -94,6 +104,8 @@ def _cold_start(connections: int, row: Row) -> dict[str, Any]:
         with fleet:
             ids = [f"p6-{i:05d}" for i in range(connections)]
             add_connections(fleet.endpoint, [(cid, fleet.url_for(cid)) for cid in ids])
+            items = min(CEILING_ITEMS, max(300, connections))
+            ceiling = write_ceiling.measure(fleet.endpoint, items, processes=row.workers)
             feed = FeedLog(fleet.feed_log)
             started_ms = time.time_ns() // 1_000_000
             for n in range(row.workers):
@@ -107,7 +119,9 @@ def _cold_start(connections: int, row: Row) -> dict[str, Any]:
                 return timeline[-1][1] >= expected
 
             done = poll_until(all_subscribed, timeout, 0.5)
+            all_ms = time.time_ns() // 1_000_000
             held = owners(fleet.endpoint)
+        claims = _claim_metrics(fleet.logs, until_ms=all_ms + 2500)
     offsets = sorted((t - started_ms) / 1000 for t in feed.first_subscribed_ms.values())
     spread: dict[str, int] = {}
     for owner in held.values():
@@ -115,7 +129,8 @@ def _cold_start(connections: int, row: Row) -> dict[str, Any]:
             spread[owner] = spread.get(owner, 0) + 1
     all_s = timeline[-1][0] if done else None  # None: never all at once within the timeout
     first_s = offsets[0] if offsets else None
-    ideal_s = expected / CEILING_WRITES_PER_S
+    ceiling_per_s = ceiling["writes_per_s"] or CEILING_WRITES_PER_S
+    ideal_s = expected / ceiling_per_s
     return {
         "lease_mode": row.lease_mode,
         "workers": row.workers,
@@ -134,6 +149,10 @@ def _cold_start(connections: int, row: Row) -> dict[str, Any]:
         "p90_s": _quantile(offsets, 0.9),
         "all_s": all_s,
         "claims_per_s": expected / all_s if all_s else None,
+        "ceiling": ceiling,
+        "ceiling_writes_per_s": ceiling_per_s,
+        "of_ceiling": expected / all_s / ceiling_per_s if all_s else None,
+        "claim_metrics": claims,
         "claims_per_s_after_first": (
             (expected - 1) / (all_s - first_s) if all_s and first_s is not None and all_s > first_s else None
         ),
@@ -142,6 +161,24 @@ def _cold_start(connections: int, row: Row) -> dict[str, Any]:
         "curve": [offsets[int(i * (len(offsets) - 1) / 100)] for i in range(101)] if offsets else [],
         "timings_real": {"lease": design.lease, "heartbeat": design.heartbeat, "reconcile": design.reconcile},
     }
+
+
+def _claim_metrics(logs: Path, *, until_ms: int) -> dict[str, dict[str, float]]:
+    """Per worker: LeasesAcquired and LeaseContention from its EMF lines flushed before `until_ms`
+    (the first flush after all were subscribed is counted: a flush holds the 2 s before it)."""
+    found: dict[str, dict[str, float]] = {}
+    for path in sorted(logs.glob("c*.log")):
+        sums = found.setdefault(path.stem, {"LeasesAcquired": 0.0, "LeaseContention": 0.0})
+        for text in path.read_text(errors="replace").splitlines():
+            if not text.startswith('{"_aws"'):
+                continue
+            line = json.loads(text)
+            if int(line["_aws"]["Timestamp"]) > until_ms:
+                continue
+            for name in sums:
+                value = line.get(name)
+                sums[name] += sum(value) if isinstance(value, list) else float(value or 0)
+    return found
 
 
 def _quantile(values: list[float], q: float) -> float | None:
