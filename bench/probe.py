@@ -149,10 +149,6 @@ class FeedLog:
                 self._open.pop(session, None)
         return len(self._open)
 
-    def subscribed_ids(self) -> set[str]:
-        self.poll()
-        return set(self._open.values())
-
 
 async def _add_all(endpoint: str, pairs: list[tuple[str, str]]) -> None:
     gate = asyncio.Semaphore(ADD_CONCURRENCY)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -316,10 +316,3 @@ NEMESES: Final[dict[str, type[Base]]] = {
 
 def build(spec: Nemesis) -> Base:
     return NEMESES[spec.kind](spec)
-
-
-@dataclass
-class Timeline:
-    """When each nemesis was on, for the churn and bounce checks (L3)."""
-
-    windows: list[tuple[str, int, int]] = field(default_factory=list)  # (kind, start_ms, end_ms)

@@ -114,9 +114,6 @@ class TableSampler(threading.Thread):
                     self.errors.append(f"{type(error).__name__}: {error}")
                 await asyncio.sleep(SAMPLE_SECONDS)
 
-    def checkpoint_samples(self) -> list[dict[str, int]]:
-        return [reading.checkpoints for reading in self.readings]
-
 
 class MemorySampler(threading.Thread):
     """VmRSS (KiB) of every live worker every MEMORY_SAMPLE_SECONDS: {worker: [(t_s, kib)]}.

@@ -58,7 +58,6 @@ _SET_CURSOR = "#cursor = :cursor"
 CURSOR_NAMES: Final = {"#cursor": "cursor"}  # CURSOR is a DynamoDB reserved word
 COND_CHECKPOINT = f"{COND_HELD} AND (attribute_not_exists(last_seq) OR last_seq < :seq)"
 COND_EXISTS = "attribute_exists(connection_id)"
-COND_NEW = "attribute_not_exists(connection_id)"
 
 CONDITION_FAILED = "ConditionalCheckFailedException"
 THROTTLE_CODES = frozenset(

@@ -75,7 +75,6 @@ class SessionHeartbeat:
         self._on_fenced = on_fenced
         self._on_beat = on_beat
         self._task_arn = task_arn
-        self.withdrawing = False  # set at shutdown: capacity 0, peers stop counting us
         self.beats = 0
         self._beating = asyncio.Lock()  # one beat at a time: the periodic one or a publish
         self._publish: asyncio.Task[None] | None = None
