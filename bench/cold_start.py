@@ -34,9 +34,10 @@ from typing import Any
 
 from bench import write_ceiling
 from bench.designs import CONNECTION, SESSION
-from bench.probe import FeedLog, add_connections, capacity_cli, owners, raise_open_files
+from bench.probe import FeedLog, add_connections, capacity_cli, cpu_seconds, owners, raise_open_files
 from leaseworker.lease.checkpoint_store import MAX_ENTRIES_PER_ITEM
 from leaseworker.local.fleet import Fleet, poll_until
+from leaseworker.supervisor.process import child_pids
 
 CEILING_WRITES_PER_S = 600.0  # the timeout's estimate only; each row measures its own ceiling
 CEILING_ITEMS = 4000  # claim-shaped writes per ceiling measurement (about 7 s at 600/s)
@@ -105,7 +106,14 @@ def _cold_start(connections: int, row: Row) -> dict[str, Any]:
             ids = [f"p6-{i:05d}" for i in range(connections)]
             add_connections(fleet.endpoint, [(cid, fleet.url_for(cid)) for cid in ids])
             items = min(CEILING_ITEMS, max(300, connections))
+            assert fleet.dynamodb is not None and fleet.feed is not None
+            services = {"dynamodb_local": fleet.dynamodb.pid, "feed": fleet.feed.pid}
+            before_ceiling = {name: cpu_seconds(pid) for name, pid in services.items()}
             ceiling = write_ceiling.measure(fleet.endpoint, items, processes=row.workers)
+            at_start = {name: cpu_seconds(pid) for name, pid in services.items()}
+            ceiling["dynamodb_local_cpu_ms_per_write"] = (
+                1000 * (at_start["dynamodb_local"] - before_ceiling["dynamodb_local"]) / max(1, items)
+            )
             feed = FeedLog(fleet.feed_log)
             started_ms = time.time_ns() // 1_000_000
             for n in range(row.workers):
@@ -120,6 +128,12 @@ def _cold_start(connections: int, row: Row) -> dict[str, Any]:
 
             done = poll_until(all_subscribed, timeout, 0.5)
             all_ms = time.time_ns() // 1_000_000
+            cpu = {name: cpu_seconds(pid) - at_start[name] for name, pid in services.items()}
+            cpu["workers"] = sum(
+                cpu_seconds(pid)
+                for worker in fleet.workers.values()
+                for pid in (worker.pid, *child_pids(worker.pid))
+            )
             held = owners(fleet.endpoint)
         claims = _claim_metrics(fleet.logs, until_ms=all_ms + 2500)
     offsets = sorted((t - started_ms) / 1000 for t in feed.first_subscribed_ms.values())
@@ -153,6 +167,10 @@ def _cold_start(connections: int, row: Row) -> dict[str, Any]:
         "ceiling_writes_per_s": ceiling_per_s,
         "of_ceiling": expected / all_s / ceiling_per_s if all_s else None,
         "claim_metrics": claims,
+        # CPU seconds from the workers' start to all subscribed (the workers': their whole life,
+        # start included), and per claim: what the machine spent besides DynamoDB Local's write.
+        "cpu_seconds": cpu,
+        "cpu_ms_per_claim": {name: 1000 * seconds / max(1, expected) for name, seconds in cpu.items()},
         "claims_per_s_after_first": (
             (expected - 1) / (all_s - first_s) if all_s and first_s is not None and all_s > first_s else None
         ),
