@@ -13,8 +13,8 @@ import aioboto3
 
 from leaseworker.aws import dynamodb_client, sqs_client
 from leaseworker.health import HealthFile
-from leaseworker.lease.budget_store import BudgetStore
 from leaseworker.lease.absent_owners import AbsentOwnerStore
+from leaseworker.lease.budget_store import BudgetStore
 from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.liveness import SessionValidity
