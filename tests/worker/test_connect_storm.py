@@ -13,11 +13,10 @@ from websockets.exceptions import InvalidStatus
 
 from leaseworker.feed.replays import ReplayServer
 from leaseworker.feed.replays.limits import ConnectLimit, peak_in_window
-from leaseworker.lease.budget_store import BudgetStore, now_ms
+from leaseworker.lease.budget_store import BudgetStore, host_key, now_ms
 from leaseworker.observability.metrics import MetricName, WorkerMetrics
 from leaseworker.worker import upstream
 from leaseworker.worker.budget import RECONNECT, URGENT, ConnectBudgets, Limit
-from leaseworker.worker.connect_budget import host_key
 
 COUNT, SECONDS = 10, 1.0
 CONNECTS = 30
@@ -45,7 +44,7 @@ async def _storm(server: ReplayServer, budgets: list[ConnectBudgets] | None) -> 
 async def test_budgets_keep_a_storm_within_the_limit(ddb: DynamoDBClient, table: str) -> None:
     metrics = WorkerMetrics(namespace="Test")
     budgets = [ConnectBudgets(BudgetStore(ddb, table), metrics) for _ in range(2)]
-    async with ReplayServer(feed="jetstream", connect_limit=ConnectLimit(COUNT, SECONDS)) as server:
+    async with ReplayServer(feed="jetstream", host_limit=ConnectLimit(COUNT, SECONDS)) as server:
         refusals = await _storm(server, budgets)
         opens = [e.t_ms for e in server.ledger.of_kind("open")]
     for b in budgets:
@@ -60,14 +59,14 @@ async def test_budgets_keep_a_storm_within_the_limit(ddb: DynamoDBClient, table:
 
 async def test_without_budgets_the_storm_is_refused() -> None:
     """The negative control: the same storm, unpaced, meets 429s and then a 418 ban."""
-    async with ReplayServer(feed="jetstream", connect_limit=ConnectLimit(COUNT, SECONDS)) as server:
+    async with ReplayServer(feed="jetstream", host_limit=ConnectLimit(COUNT, SECONDS)) as server:
         refusals = await _storm(server, None)
     assert 429 in refusals and 418 in refusals
     assert len(refusals) == CONNECTS - COUNT
 
 
 async def test_a_refusal_backs_the_host_off_for_the_fleet(ddb: DynamoDBClient, table: str) -> None:
-    async with ReplayServer(feed="jetstream", connect_limit=ConnectLimit(1, 60.0)) as server:
+    async with ReplayServer(feed="jetstream", host_limit=ConnectLimit(1, 60.0)) as server:
         async with connect(server.url):
             pass
         with pytest.raises(InvalidStatus) as refused:

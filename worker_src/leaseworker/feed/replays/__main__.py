@@ -47,7 +47,7 @@ async def serve_until_signalled(args: argparse.Namespace) -> None:
         loop.add_signal_handler(signum, stop.set)
     limit = connect_limit(args.connect_limit)
     async with ReplayServer(
-        feed=args.feed, port=args.port, rate=args.rate, max_age_s=args.max_age, connect_limit=limit
+        feed=args.feed, port=args.port, rate=args.rate, max_age_s=args.max_age, host_limit=limit
     ) as server:
         print(json.dumps({"feed": args.feed, "url": server.url}), flush=True)
         await stop.wait()

@@ -202,7 +202,7 @@ class ReplayServer:
         ping_interval: float | None = 20.0,
         ping_timeout: float | None = 20.0,
         max_age_s: float | None = None,
-        connect_limit: ConnectLimit | None = None,
+        host_limit: ConnectLimit | None = None,
         **options: Any,
     ) -> None:
         from leaseworker.feed.replays import load_feeds
@@ -217,7 +217,7 @@ class ReplayServer:
         self.t0_wall_ms = wall_ms()
         self.ledger = Ledger()
         self.max_age_s = max_age_s
-        self.connect_limit = connect_limit  # limits.py: 429, then a 418 ban, beyond it
+        self.host_limit = host_limit  # connects per window (limits.py): 429, then a 418 ban, beyond it
         self._port = port
         self._ping = (ping_interval, ping_timeout)
         self._numbers = itertools.count(1)
@@ -291,8 +291,8 @@ class ReplayServer:
 
     def _process_request(self, ws: ServerConnection, request: Request) -> Response | None:
         refusal = self.feed.refuse(request)
-        if refusal is None and self.connect_limit is not None:
-            refusal = self.connect_limit.admit()
+        if refusal is None and self.host_limit is not None:
+            refusal = self.host_limit.admit()
         if refusal is not None:
             self.ledger.add(Entry("refused", wall_ms(), 0, code=refusal.status_code, message=request.path))
         return refusal
