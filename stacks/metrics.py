@@ -32,6 +32,8 @@ REPLAYS_DROPPED = "ReplaysDropped"
 LEASES_REPAIRED = "LeasesRepaired"
 GAPS_MARKED = "GapsMarked"
 GAP_SECONDS = "GapSeconds"
+CONNECTS_DEFERRED = "ConnectsDeferred"
+BUDGET_WAIT_SECONDS = "BudgetWaitSeconds"
 
 # Every metric name of docs/design.md §8, in the order the dashboard shows them.
 ALL_METRICS: tuple[str, ...] = (
@@ -55,6 +57,8 @@ ALL_METRICS: tuple[str, ...] = (
     LEASES_REPAIRED,
     GAPS_MARKED,
     GAP_SECONDS,
+    CONNECTS_DEFERRED,
+    BUDGET_WAIT_SECONDS,
 )
 
 # The only dimension; must equal what Powertools emits.
