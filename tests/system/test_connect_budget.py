@@ -1,0 +1,200 @@
+"""A takeover storm within an upstream's connect limit (issue 24; docs/design.md §4.2, docs/tuning.md).
+
+A local Jetstream replay accepts at most COUNT connects in any SECONDS (then 429, and a 418 ban:
+feed/replays/limits.py). N `generic/1` connections to it, each with `budget: {count: COUNT,
+seconds: SECONDS}`, cold-started by two workers (paced by the budget). Once the fleet is balanced
+and still, w1's worker child (about N/2 connections) is SIGKILLed; w2 takes them over (the
+supervisor's fence and hints) and reconnects them, paced. Judged from outside: the replay's count
+of connects never exceeds COUNT in any window of SECONDS and it refused nothing; every lost
+connection delivers again within the fence path's bound plus the budget's term (docs/tuning.md
+§6); S1, seq contiguity per epoch, and no loss (Jetstream replays from its cursor: every event
+between a connection's first and last delivered reaches the sink). In both lease modes.
+
+The negative control runs the same fleet without budgets (the limit is switched on just before
+the kill, so that the cold start is not the storm): the takeover meets 429s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from leaseworker.feed.replays.limits import ConnectLimit, peak_in_window
+from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.lease.budget_store import paced_seconds
+from leaseworker.local.fleet import FAST
+from leaseworker.protocol.presets import expand
+from tests.system.feeds_fleet import Arrival, FeedsFleet, check_s1, check_seqs, wait_until
+from tests.system.test_failover import CONNECT_ALLOWANCE_S
+from tests.system.test_fast_takeover import FENCE_PATH_S
+
+N = 400  # over two workers: the victim holds about 200
+COUNT, SECONDS = 100, 2.0
+RATE = 1.0  # Jetstream events per second (every connection gets them all)
+SIGKILL_STATUS = 128 + signal.SIGKILL
+WINDOW_S = paced_seconds(2 * COUNT, COUNT, SECONDS)  # how long a grant counts
+
+
+def bound_s(lost: int) -> float:
+    """The fence path's L1 plus the budget's term for `lost` connections (docs/tuning.md §6)."""
+    return FENCE_PATH_S + CONNECT_ALLOWANCE_S + paced_seconds(lost, COUNT, SECONDS)
+
+
+@pytest.fixture
+def fleet(
+    tmp_path: Path, dynamodb_endpoint: str, moto_endpoint: str, marker: str, request: pytest.FixtureRequest
+) -> Iterator[FeedsFleet]:
+    params = request.node.callspec.params
+    limit = ConnectLimit(COUNT, SECONDS, ban_after=20, ban_seconds=10.0, armed=params["budgeted"])
+    running = FeedsFleet(tmp_path, dynamodb_endpoint, moto_endpoint, marker, params["mode"], FAST)
+    try:
+        running.start({"jetstream": {"rate": RATE, "host_limit": limit}})
+        yield running
+    finally:
+        running.close()
+
+
+def add_connections(fleet: FeedsFleet, url: str, budgeted: bool) -> list[str]:
+    config = expand("jetstream", {"url": url})
+    if budgeted:
+        config["budget"] = {"count": COUNT, "seconds": SECONDS}
+    else:
+        config.pop("budget", None)
+    text = json.dumps(config)
+    ids = [f"js-{i:03d}" for i in range(N)]
+
+    async def add_all(admin: LeaseTableAdmin) -> None:
+        for cid in ids:
+            await admin.add(cid, str(config["connect"]["url"]), protocol="generic/1", protocol_config=text)
+
+    fleet.admin.call(add_all)
+    return ids
+
+
+def firsts(arrivals: list[Arrival], above: dict[str, int]) -> dict[str, int]:
+    """Each connection's first record (received_at_ms) of an epoch above `above[cid]`."""
+    found: dict[str, int] = {}
+    for a in arrivals:
+        if a.epoch > above.get(a.cid, 1 << 62):
+            ms = int(a.record["received_at_ms"])
+            found[a.cid] = min(found.get(a.cid, ms), ms)
+    return found
+
+
+def check_no_loss(arrivals: list[Arrival], rate: float) -> list[str]:
+    """Jetstream replays: between a connection's first and last delivered event, every event of
+    the replay's tape (one each 1/rate s, time_us apart by 1e6/rate) reached the sink."""
+    step = int(1_000_000 // rate)
+    cursors: dict[str, set[int]] = defaultdict(set)
+    for a in arrivals:
+        if a.record["kind"] == "data":
+            cursors[a.cid].add(int(a.record["cursor"]))
+    violations = []
+    for cid, seen in sorted(cursors.items()):
+        expected = set(range(min(seen), max(seen) + 1, step))
+        lost = sorted(expected - seen)
+        if lost:
+            violations.append(
+                f"S2 {cid}: {len(lost)} events between its first and last never arrived: {lost[:3]}"
+            )
+    return violations
+
+
+@pytest.mark.parametrize(
+    ("mode", "budgeted"),
+    [
+        pytest.param("session", True, id="session-budget"),
+        pytest.param("connection", True, id="connection-budget"),
+        pytest.param("session", False, id="session-no-budget"),
+    ],
+)
+def test_takeover_storm_stays_within_the_upstream_limit(fleet: FeedsFleet, mode: str, budgeted: bool) -> None:
+    replays = fleet.replays
+    assert replays is not None
+    server = replays.servers["jetstream"]
+    limit = server.host_limit
+    assert limit is not None
+    ids = add_connections(fleet, server.url, budgeted)
+    started = time.monotonic()
+    w1 = fleet.start_worker("w1")
+    w2 = fleet.start_worker("w2")
+    wait_until(
+        lambda: len(firsts(fleet.tailer.arrivals(), {cid: 0 for cid in ids})) == N,
+        30 + paced_seconds(N, COUNT, SECONDS),
+        "the fleet delivering every connection",
+    )
+    cold_start_s = time.monotonic() - started
+
+    def settled() -> bool:  # both hold a share, and nothing moved for two seconds
+        first = fleet.leases()
+        time.sleep(2.0)
+        return first == fleet.leases() and {o for o, _ in first.values()} == {"w1", "w2"}
+
+    wait_until(settled, 40, "the fleet balanced and still")
+    time.sleep(WINDOW_S)  # every grant of the cold start and the balancing has lapsed
+    before = fleet.leases()
+    epochs = {cid: epoch for cid, (owner, epoch) in before.items() if owner == "w1"}
+    lost = len(epochs)
+    assert lost > COUNT, f"w1 holds {lost}: too few to need pacing"
+    if not budgeted:
+        limit.armed = True  # the storm to come is the takeover's
+
+    fault_ms = time.time_ns() // 1_000_000
+    os.kill(w1.child(), signal.SIGKILL)
+    assert fleet.wait_exit("w1", 15) == SIGKILL_STATUS, w1.tail()
+    if not budgeted:
+        wait_until(
+            lambda: any(e.code == 429 for e in replays.ledger("jetstream") if e.kind == "refused"),
+            20,
+            "the takeover's storm to meet a 429",
+        )
+        return
+
+    wait_until(
+        lambda: len(firsts(fleet.tailer.arrivals(), epochs)) == lost,
+        bound_s(lost) + 15,
+        "every connection back",
+    )
+    taken = {cid: (ms - fault_ms) / 1000 for cid, ms in firsts(fleet.tailer.arrivals(), epochs).items()}
+    time.sleep(2.0)
+    os.kill(w2.popen.pid, signal.SIGTERM)
+    assert fleet.wait_exit("w2", 20) == 0, w2.tail()
+    arrivals = fleet.tailer.stop()
+    replays.stop()
+    ledger = replays.ledger("jetstream")
+    fleet.save_ledger("jetstream", ledger)
+
+    opens = [e.t_ms for e in ledger if e.kind == "open"]
+    refused = [e.code for e in ledger if e.kind == "refused"]
+    peak = peak_in_window(opens, SECONDS)
+    slowest = max(taken.values())
+    summary: dict[str, Any] = {
+        "connects": len(opens),
+        "lost": lost,
+        "peak_per_window": peak,
+        "budget": f"{COUNT}/{SECONDS:g}s",
+        "cold_start_s": round(cold_start_s, 1),
+        "takeover_s": {
+            "first": round(min(taken.values()), 2),
+            "median": round(sorted(taken.values())[lost // 2], 2),
+            "max": round(slowest, 2),
+            "bound": round(bound_s(lost), 2),
+        },
+        "records": len(arrivals),
+    }
+    print(f"\nconnect budget {mode}: {summary}")
+    assert refused == [], f"the upstream refused connects: {refused[:10]}"
+    assert peak <= COUNT, summary
+    assert slowest <= bound_s(lost), summary
+    violations = [*check_s1(arrivals), *check_seqs(arrivals), *check_no_loss(arrivals, RATE)]
+    assert not violations, violations[:10]
+    # The storm was paced, not merely lucky: the takeover needed more than one window.
+    assert slowest >= paced_seconds(lost, COUNT, SECONDS), summary
