@@ -17,13 +17,13 @@ from leaseworker.lease.budget_store import (
     SLACK_MS,
     STEPS,
     BudgetStore,
+    host_key,
     now_ms,
     paced_seconds,
     paced_term_s,
 )
 from leaseworker.observability.metrics import WorkerMetrics
 from leaseworker.worker.budget import COLD, URGENT, ConnectBudgets, Limit, priority_of
-from leaseworker.worker.connect_budget import host_key
 
 HOST = "feed.example:443"
 
