@@ -62,6 +62,7 @@ class Host:
     opens_ms: list[int] = field(default_factory=list)
     refusals: dict[int, int] = field(default_factory=lambda: {429: 0, 418: 0})
     bans: int = 0
+    banned_until: float = -1.0  # the last ban's end seen, to count each ban once
 
 
 @dataclass
@@ -102,7 +103,8 @@ async def _connect(world: World, cid: int, worker: int, seed: int) -> None:
             return
         status = refusal.status_code
         host.refusals[status] += 1
-        if status == 418 and host.limit.banned_until - now >= host.limit.ban_seconds - 1e-9:
+        if status == 418 and host.limit.banned_until != host.banned_until:
+            host.banned_until = host.limit.banned_until  # a new ban starts now
             host.bans += 1
             _drop_all(world, host, worker, seed)
         if budgets is not None:
@@ -223,7 +225,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--profile", choices=sorted(PROFILES), action="append")
+    parser.add_argument("--horizon", type=float, default=HORIZON_S, help="virtual seconds before giving up")
     args = parser.parse_args()
+    globals()["HORIZON_S"] = args.horizon
     results: dict[str, dict[str, Any]] = {}
     for profile in args.profile or sorted(PROFILES):
         for budgeted in (True, False):
