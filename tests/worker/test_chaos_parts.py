@@ -21,7 +21,7 @@ from leaseworker import unsafe
 from leaseworker.chaos.observe import TableReading, rss_kib, tree_rss_kib
 from leaseworker.chaos.runner import JOIN_SETTLE_S, join_windows
 from leaseworker.chaos.schedule import ALL_KINDS, make_schedule
-from leaseworker.chaos.throttle_proxy import FaultProxyThread, Faults, is_claim_request
+from leaseworker.chaos.throttle_proxy import FaultProxyThread, Faults, is_claim_request, is_release_request
 from leaseworker.chaos.verdict import Evidence, judge, stale_count
 from leaseworker.lease import store
 from leaseworker.lease.liveness import session_deadline
@@ -234,7 +234,8 @@ async def test_fault_proxy_applies_a_request_and_loses_its_reply(
             TableName=table, Key={"connection_id": {"S": "c-lost"}}, ConsistentRead=True
         )
         assert item["Item"]["lease_epoch"]["N"] == "1"  # ... yet DynamoDB applied the claim once
-        assert proxy.lost() == {"drop": int(how == "drop"), "delay": int(how == "delay"), "claims": 1}
+        lost = {"drop": int(how == "drop"), "delay": int(how == "delay"), "claims": 1, "releases_held": 0}
+        assert proxy.lost() == lost
         proxy.set_faults(Faults())
         assert await _put_then_update_through(proxy.url, table) == "ok"
 
@@ -246,6 +247,13 @@ def test_only_claims_meet_the_claim_rate() -> None:
     faults = Faults(lose_rate=0.1, lose_claim_rate=0.8)
     assert is_claim_request(claim) and not is_claim_request(renew)
     assert faults.lose_chance(claim) == 0.8 and faults.lose_chance(renew) == 0.1
+
+
+def test_only_writes_that_remove_the_owner_are_held_as_releases() -> None:
+    head = b"POST / HTTP/1.1\r\nX-Amz-Target: DynamoDB_20120810.UpdateItem\r\n\r\n"
+    release = head + b'{"UpdateExpression": "SET lease_expires_at_ms = :zero REMOVE lease_owner"}'
+    checkpoint = head + b'{"UpdateExpression": "SET last_seq = :seq"}'
+    assert is_release_request(release) and not is_release_request(checkpoint)
 
 
 def test_verdict_counts_stale_arrivals_and_names_s1() -> None:
