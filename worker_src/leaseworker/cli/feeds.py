@@ -54,6 +54,7 @@ MAX_FILE_BYTES: Final = 1024 * 1024  # far above any config that fits MAX_CONFIG
 MAX_NODES: Final = 20_000  # a 16 KB config has fewer; YAML aliases can fan out far more
 MAX_DEPTH: Final = 64
 INSECURE_VARIABLE: Final = "ALLOW_INSECURE_WS"
+_SAFE_LOADER: Final[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _SECTION: Final = re.compile(r"\{\{\s*#\s*cursor\s*\}\}.*?\{\{\s*/\s*cursor\s*\}\}", re.DOTALL)
 _TAG: Final = re.compile(r"\{\{[^{}]*\}\}")
@@ -122,33 +123,46 @@ def parse_params(pairs: Iterable[str]) -> dict[str, str]:
 # ----------------------------------------------------------------------------- the file
 
 
-def load_file(path: str) -> dict[str, Any]:
-    """The file's top-level mapping (JSON is YAML, so yaml.safe_load reads both)."""
+def load_file(
+    path: str, *, option: str = "--config", max_bytes: int = MAX_FILE_BYTES, max_nodes: int = MAX_NODES
+) -> dict[str, Any]:
+    """The file's top-level mapping: JSON (read as JSON, which is fast) or YAML (libyaml's safe
+    loader when it is there). `option` names the flag in errors; `connections apply -f` takes
+    larger files than `--config`."""
     where = "<stdin>" if path == "-" else path
     try:
         if path == "-":
-            raw = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+            raw = sys.stdin.buffer.read(max_bytes + 1)
         else:
             with open(path, "rb") as file:
-                raw = file.read(MAX_FILE_BYTES + 1)
+                raw = file.read(max_bytes + 1)
     except OSError as error:
-        raise CliUsageError(f"cannot read --config {where}: {error.strerror or error}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise CliUsageError(f"--config {where}: larger than {MAX_FILE_BYTES} bytes")
+        raise CliUsageError(f"cannot read {option} {where}: {error.strerror or error}") from None
+    if len(raw) > max_bytes:
+        raise CliUsageError(f"{option} {where}: larger than {max_bytes} bytes")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise CliUsageError(f"--config {where}: not UTF-8 (byte {error.start})") from None
+        raise CliUsageError(f"{option} {where}: not UTF-8 (byte {error.start})") from None
     try:
-        value = yaml.safe_load(text)
+        value = _parse(text)
     except yaml.YAMLError as error:
-        raise CliUsageError(f"--config {where}: not JSON or YAML: {_yaml_problem(error)}") from None
+        raise CliUsageError(f"{option} {where}: not JSON or YAML: {_yaml_problem(error)}") from None
     except RecursionError:
-        raise CliUsageError(f"--config {where}: nested too deeply") from None
+        raise CliUsageError(f"{option} {where}: nested too deeply") from None
     if not isinstance(value, dict):
-        raise CliUsageError(f"--config {where}: must be a mapping (a JSON object), not {_kind(value)}")
-    _check_plain(value)
+        raise CliUsageError(f"{option} {where}: must be a mapping (a JSON object), not {_kind(value)}")
+    _check_plain(value, max_nodes)
     return value
+
+
+def _parse(text: str) -> Any:
+    if text.lstrip().startswith("{"):
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass  # YAML's flow style also starts with "{": let YAML read it and say what is wrong
+    return yaml.load(text, Loader=_SAFE_LOADER)  # SafeLoader, or libyaml's CSafeLoader: both safe
 
 
 def _yaml_problem(error: yaml.YAMLError) -> str:
@@ -162,7 +176,7 @@ def _kind(value: Any) -> str:
     return "nothing" if value is None else type(value).__name__
 
 
-def _check_plain(root: dict[str, Any]) -> None:
+def _check_plain(root: dict[str, Any], max_nodes: int = MAX_NODES) -> None:
     """Only what JSON can say: string keys, finite numbers, no YAML dates, bounded size and depth
     (YAML aliases can make a small file a huge or recursive tree)."""
     stack: list[tuple[Any, str, int]] = [(root, "", 0)]
@@ -170,7 +184,7 @@ def _check_plain(root: dict[str, Any]) -> None:
     while stack:
         node, path, depth = stack.pop()
         seen += 1
-        if seen > MAX_NODES or depth > MAX_DEPTH:
+        if seen > max_nodes or depth > MAX_DEPTH:
             raise _refuse(
                 path[:60], f"too large or nested too deeply (at most {MAX_CONFIG_BYTES} bytes of JSON)"
             )

@@ -94,7 +94,7 @@ target_options(cli)
 
 
 def main() -> None:
-    from leaseworker.cli import connections, health, local, run, table  # noqa: F401  (registers commands)
+    from leaseworker.cli import apply, connections, health, local, run, table  # noqa: F401  (registers commands)
 
     cli(prog_name="leaseworker")
 

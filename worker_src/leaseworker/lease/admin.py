@@ -34,7 +34,7 @@ the epoch). A stale checkpoint entry of the old incarnation can never match a ne
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
@@ -46,6 +46,12 @@ from leaseworker.lease.checkpoint_store import (
     cursors_from,
     effective_checkpoint,
     entries_from,
+)
+from leaseworker.lease.connection_writes import (
+    ItemUpdate,
+    add_update,
+    feed_update,
+    state_update,
 )
 from leaseworker.lease.errors import TableMissing
 from leaseworker.lease.model import (
@@ -59,7 +65,6 @@ from leaseworker.lease.model import (
     check_connection_id,
 )
 from leaseworker.lease.removal import (
-    COND_LIVE,
     COND_SESSION_FENCED,
     UPDATE_TOMBSTONE,
     ExpiryWatch,
@@ -73,7 +78,6 @@ from leaseworker.lease.store import (
     CONDITION_FAILED,
     GSI_BY_STATE_EXPIRY,
     call_with_deadline,
-    now_ms,
     translate_client_error,
 )
 from leaseworker.settings import DEFAULT_LEASE_SECONDS
@@ -83,19 +87,6 @@ if TYPE_CHECKING:
 
 GSI_BY_OWNER = "by-owner"
 TTL_ATTRIBUTE = "purge_at"  # the workers' own items expire through it (docs/design.md §2.0)
-
-# A new item, or a tombstone (it carries `removed_at_ms`) to resurrect.
-COND_ADDABLE = "attribute_not_exists(connection_id) OR attribute_exists(removed_at_ms)"
-
-# `add`: a new item, or a tombstone resurrected with its epoch kept.
-# The protocol attributes are set when given and removed when not, as is the checkpoint cursor:
-# a re-added id starts from no checkpoint (docs/design.md §4).
-UPDATE_ADD = (
-    "SET desired_state = :started, ws_url = :url, last_seq = :none, lease_expires_at_ms = :zero, "
-    "failures = :zero, updated_at_ms = :now, lease_epoch = if_not_exists(lease_epoch, :zero), "
-    "protocol = :protocol{config}{preset} "
-    "REMOVE removed_at_ms, last_error, lease_owner, #cursor{no_config}{no_preset}"
-)
 
 
 class ConnectionExists(ValueError):
@@ -208,52 +199,61 @@ class LeaseTableAdmin:
         protocol: str = DEFAULT_PROTOCOL,
         protocol_config: str | None = None,
         preset: str | None = None,
+        state: str = STARTED,
     ) -> None:
-        """A new STARTED connection; over a tombstone, the same id again with its epoch kept.
+        """A new connection (STARTED unless `state` says otherwise); over a tombstone, the same id
+        again with its epoch kept.
 
         `protocol_config` is JSON text the caller has validated (cli/feeds.py); `url` is then the
         config's URL template, shown by `list` (its secrets are references, not values)."""
         check_connection_id(connection_id)
         check_ws_url(url)
-        values: dict[str, Any] = {
-            ":started": {"S": STARTED},
-            ":url": {"S": url},
-            ":none": {"N": str(NO_CHECKPOINT)},
-            # 0, not absent: new connections must appear in the by-state-expiry GSI.
-            ":zero": {"N": "0"},
-            ":now": {"N": str(now_ms())},
-            ":protocol": {"S": protocol},
-        }
-        if protocol_config is not None:
-            values[":config"] = {"S": protocol_config}
-        if preset is not None:
-            values[":preset"] = {"S": preset}
-        update = UPDATE_ADD.format(
-            config=", protocol_config = :config" if protocol_config is not None else "",
-            preset=", preset = :preset" if preset is not None else "",
-            no_config="" if protocol_config is not None else ", protocol_config",
-            no_preset="" if preset is not None else ", preset",
+        write = add_update(
+            connection_id, url, protocol=protocol, protocol_config=protocol_config, preset=preset, state=state
         )
         await self._run(
-            self._client.update_item(
-                TableName=self._table,
-                Key={"connection_id": {"S": connection_id}},
-                UpdateExpression=update,
-                ConditionExpression=COND_ADDABLE,
-                ExpressionAttributeValues=values,
-                ExpressionAttributeNames={"#cursor": "cursor"},
-            ),
+            self._client.update_item(**write.request(self._table)),
             on_condition_failed=ConnectionExists(f"connection {connection_id!r} already exists"),
         )
 
+    async def update_feed(
+        self,
+        connection_id: str,
+        url: str,
+        *,
+        protocol: str,
+        protocol_config: str | None,
+        preset: str | None,
+        state: str,
+    ) -> None:
+        """Set a live connection's feed and desired state (`connections apply`) in one write; its
+        lease and checkpoint are left alone. UnknownConnection if it is absent."""
+        check_connection_id(connection_id)
+        check_ws_url(url)
+        write = feed_update(
+            connection_id, url, protocol=protocol, protocol_config=protocol_config, preset=preset, state=state
+        )
+        await self._existing_write(write)
+
     async def set_desired_state(self, connection_id: str, state: str) -> None:
         check_connection_id(connection_id)
-        update = "SET desired_state = :state, updated_at_ms = :now"
-        values: dict[str, Any] = {":state": {"S": state}, ":now": {"N": str(now_ms())}}
-        if state == STARTED:
-            # Starting again clears a failure so the connection gets a fresh chance.
-            update += " REMOVE last_error"
-        await self._existing(connection_id, update, values)
+        await self._existing_write(state_update(connection_id, state))
+
+    async def transact(self, writes: list[ItemUpdate]) -> bool:
+        """All of `writes` (at most 100, distinct items) in one TransactWriteItems, or none: False
+        when it was cancelled (a condition failed, or a write conflicted), for the caller to
+        write them one by one. botocore fills in the idempotency token, so its retry of a call
+        whose reply was lost cannot apply it twice."""
+        try:
+            await self._run(
+                self._client.transact_write_items(
+                    TransactItems=[{"Update": cast(Any, write.request(self._table))} for write in writes]
+                ),
+                on_condition_failed=_ConditionLost(),  # TransactionCanceledException
+            )
+        except _ConditionLost:
+            return False
+        return True
 
     async def stop(self, connection_id: str) -> None:
         await self.set_desired_state(connection_id, STOPPED)
@@ -407,16 +407,10 @@ class LeaseTableAdmin:
         ]
         return sorted(shown, key=lambda item: str(item.get("connection_id"))), sessions
 
-    async def _existing(self, connection_id: str, update: str, values: dict[str, Any]) -> None:
+    async def _existing_write(self, write: ItemUpdate) -> None:
         await self._run(
-            self._client.update_item(
-                TableName=self._table,
-                Key={"connection_id": {"S": connection_id}},
-                UpdateExpression=update,
-                ConditionExpression=COND_LIVE,
-                ExpressionAttributeValues=values,
-            ),
-            on_condition_failed=UnknownConnection(connection_id),
+            self._client.update_item(**write.request(self._table)),
+            on_condition_failed=UnknownConnection(write.connection_id),
         )
 
     async def describe(self) -> None:
