@@ -248,3 +248,36 @@ def test_the_schema_agrees_with_the_validator(tmp_path: Path) -> None:
     ):
         with pytest.raises(jsonschema.ValidationError):
             validator.validate({"connections": [entry]})
+
+
+def test_ws_to_a_remote_host_needs_allow_insecure_ws(
+    dynamodb_endpoint: str, local_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The worker's rule (worker/backoff.py check_upstream_url) on every path: --url, --config,
+    --preset url=, and each kind of apply entry; loopback is always allowed."""
+    table = new_table(dynamodb_endpoint, local_env)
+    remote = "ws://feeds.example.com/x"
+    document = {
+        "connections": [
+            {"id": "u", "url": remote},
+            {"id": "p", "preset": "jetstream", "params": {"url": remote}},
+            {"id": "c", "config": {"connect": {"url": remote}}},
+            {"id": "local", "url": "ws://127.0.0.1:9000/x"},
+        ]
+    }
+    path = write(tmp_path / "insecure.yaml", document)
+    done = run(*table, "connections", "apply", "-f", path, env=local_env)
+    rule = "ws:// to non-loopback host 'feeds.example.com' needs ALLOW_INSECURE_WS=true: use wss://"
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"error: connections[0] (u): url: {rule}",
+        f"error: connections[1] (p): preset 'jetstream': connect.url: {rule}",
+        f"error: connections[2] (c): config: connect.url: {rule}",
+        f"error: {path}: 3 invalid entries: nothing was written",
+    ]
+    preset = run(
+        *table, "connections", "add", "p", "--preset", "jetstream", "--param", f"url={remote}", env=local_env
+    )
+    assert one_error_line(preset, 2) == f"error: connect.url: {rule}"
+    assert items(table, local_env) == {}
+    allowed = {**local_env, "ALLOW_INSECURE_WS": "true"}
+    assert applied(table, allowed, "-f", path)[-1].startswith(f"applied {path}: 4 added")

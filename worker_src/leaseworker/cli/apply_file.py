@@ -133,11 +133,7 @@ def validate_entry(index: int, entry: Any, env: Mapping[str, str]) -> Desired:
     try:
         feed = _feed(entry, env, fail)
     except CliUsageError as error:
-        field = given[0] if given[0] != "preset" or "unknown preset" in error.message else "params"
-        message = error.message
-        raise EntryError(
-            f"{label}: {message}" if message.startswith(field) else f"{label}: {field}: {message}"
-        ) from None
+        raise EntryError(f"{label}: {_field_message(given[0], entry, error.message)}") from None
     return Desired(index, connection_id, feed, STATES[state.lower()])
 
 
@@ -177,6 +173,17 @@ def _param_pairs(params: Any, fail: Any) -> list[str]:
             texts.append(text)
         pairs.append(f"{name}={','.join(texts)}")
     return pairs
+
+
+def _field_message(field: str, entry: dict[str, Any], message: str) -> str:
+    """The validator's one line, led by the field of the entry it is about."""
+    if field == "preset":
+        if "parameter" in message:  # unknown, missing or malformed: the entry's params
+            return f"params: {message}"
+        if message.startswith(("preset ", "unknown preset")):
+            return message
+        return f"preset {entry['preset']!r}: {message}"  # the expanded config, e.g. its connect.url
+    return message if message.startswith(field) else f"{field}: {message}"
 
 
 def _label(index: int, connection_id: str | None) -> str:
