@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import aioboto3
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]  # dev: via moto[server], no stubs
 import pytest
 import yaml
 
