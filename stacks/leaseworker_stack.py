@@ -12,7 +12,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from stacks.config import PROJECT_TAG, SECRET_ARN_PATTERN, LeaseworkerConfig
-from stacks.lease_table import INDEXES, LeaseTable
+from stacks.lease_table import INDEXES, OWNER_INDEX, LeaseTable
 from stacks.notification_queue import NotificationQueue
 from stacks.observability import Observability
 from stacks.scaling import WorkerScaling
@@ -28,19 +28,23 @@ IMAGE_PLATFORMS: dict[str, ecr_assets.Platform] = {
 
 # Exactly what the worker process calls (tests/infra/test_iam.py scans worker_src to keep this
 # in step): conditional UpdateItems on connection items (acquire, claim, renew, release,
-# checkpoint), on its own session and checkpoint items (heartbeat, fence, checkpoints), GetItem
+# checkpoint), on its own session and checkpoint items (heartbeat, fence, checkpoints), PutItem
+# (a connect-budget take, a fencing stub for an absent owner: both conditional), GetItem
 # and BatchGetItem (a connection, the session items, a fenced peer's connections), DeleteItem
 # (reaping a fenced session that holds nothing), and Query on the GSIs: by-state-expiry
-# (reconcile, session listing) and by-owner (what a fenced worker held). Table
-# administration (Scan, DescribeTable, creating connections) is the CLI's, run with operator
-# credentials, never the task role's.
+# (reconcile, session listing) and by-owner (what a fenced worker held); Scan on by-owner only
+# (the sweep for owners whose session no longer exists: a KEYS_ONLY index). Table
+# administration (a table Scan, DescribeTable, creating connections) is the CLI's, run with
+# operator credentials, never the task role's.
 TABLE_ITEM_ACTIONS: tuple[str, ...] = (
     "dynamodb:BatchGetItem",
     "dynamodb:DeleteItem",
     "dynamodb:GetItem",
+    "dynamodb:PutItem",
     "dynamodb:UpdateItem",
 )
 INDEX_ACTIONS: tuple[str, ...] = ("dynamodb:Query",)
+OWNER_INDEX_SCAN_ACTIONS: tuple[str, ...] = ("dynamodb:Scan",)
 # Workers both notify peers and consume notifications (docs/design.md §6): SendMessage,
 # ReceiveMessage, DeleteMessageBatch (authorised by sqs:DeleteMessage). The queue uses SSE-SQS,
 # so no KMS permissions are needed.
@@ -142,6 +146,13 @@ class LeaseworkerStack(Stack):
                 sid="LeaseTableIndexes",
                 actions=list(INDEX_ACTIONS),
                 resources=[f"{table.table_arn}/index/{index}" for index in INDEXES],
+            )
+        )
+        task_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="OwnerIndexSweep",
+                actions=list(OWNER_INDEX_SCAN_ACTIONS),
+                resources=[f"{table.table_arn}/index/{OWNER_INDEX}"],
             )
         )
         notifications.queue.grant(task_role, *QUEUE_ACTIONS)

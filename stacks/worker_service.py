@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from aws_cdk import CfnResource, Duration, RemovalPolicy, Size, Stack
+from aws_cdk import ArnFormat, CfnResource, Duration, RemovalPolicy, Size, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
@@ -270,6 +270,23 @@ class WorkerService(Construct):
             )
         )
         self.task_role = self.task_definition.task_role
+        # Confused-deputy guard (AWS's guidance for ecs-tasks.amazonaws.com): only ECS acting for
+        # this account, in this region, may assume the task role. The execution role keeps
+        # CDK's plain trust: see docs/infrastructure.md (IAM).
+        stack = Stack.of(self)
+        task_role_resource = self.task_role.node.default_child
+        assert isinstance(task_role_resource, iam.CfnRole)
+        task_role_resource.add_property_override(
+            "AssumeRolePolicyDocument.Statement.0.Condition",
+            {
+                "StringEquals": {"aws:SourceAccount": stack.account},
+                "ArnLike": {
+                    "aws:SourceArn": stack.format_arn(
+                        service="ecs", resource="*", arn_format=ArnFormat.NO_RESOURCE_NAME
+                    )
+                },
+            },
+        )
         self.task_role.add_to_principal_policy(
             iam.PolicyStatement(sid="AdotXRayExport", actions=list(XRAY_ACTIONS), resources=["*"])
         )
@@ -284,7 +301,8 @@ class WorkerService(Construct):
             self.task_definition,
             "AwsSolutions-ECS2",
             "The environment holds only non-secret configuration (timings, resource names, the "
-            "collector endpoint). There are no secrets: AWS access comes from the task role.",
+            "collector endpoint). AWS access comes from the task role, and upstream credentials are "
+            "read at run time from Secrets Manager (upstreamSecrets), never put in the environment.",
         )
         execution_role = self.task_definition.obtain_execution_role()
         nag.acknowledge(

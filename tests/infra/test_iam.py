@@ -16,9 +16,15 @@ def role_statements(synth: Synth, role_property: str) -> list[dict[str, Any]]:
     properties = synth.one("AWS::ECS::TaskDefinition")["Properties"]
     role_id = properties[role_property]["Fn::GetAtt"][0]
     role = synth.template_json["Resources"][role_id]
-    assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"] == [
-        {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "ecs-tasks.amazonaws.com"}}
-    ]
+    (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    # The task role's trust also carries source conditions (test_task_role_trusts_only_ecs_...).
+    ignored = {"Condition"} if role_property == "TaskRoleArn" else set()
+    trust = {k: v for k, v in statement.items() if k not in ignored}
+    assert trust == {
+        "Action": "sts:AssumeRole",
+        "Effect": "Allow",
+        "Principal": {"Service": "ecs-tasks.amazonaws.com"},
+    }
     assert "ManagedPolicyArns" not in role["Properties"]
     assert "Policies" not in role["Properties"]
     statements: list[dict[str, Any]] = []
@@ -68,10 +74,11 @@ TASK_ROLE = {
         "dynamodb:BatchGetItem",
         "dynamodb:DeleteItem",
         "dynamodb:GetItem",
+        "dynamodb:PutItem",
         "dynamodb:UpdateItem",
     },
     "LeaseTable.Arn/index/by-state-expiry": {"dynamodb:Query"},
-    "LeaseTable.Arn/index/by-owner": {"dynamodb:Query"},
+    "LeaseTable.Arn/index/by-owner": {"dynamodb:Query", "dynamodb:Scan"},
     "NotificationsQueue.Arn": {"sqs:DeleteMessage", "sqs:ReceiveMessage", "sqs:SendMessage"},
     "SinkStream.Arn": {"kinesis:PutRecords"},
 }
@@ -186,3 +193,21 @@ def test_context_granted_calls_are_granted_when_context_asks(action: str, contex
     assert action in worker_calls(), f"{action} is no longer called: drop it from CONTEXT_GRANTED"
     granted = set().union(*actions_by_resource(role_statements(synth(context), "TaskRoleArn")).values())
     assert action in granted
+
+
+def test_task_role_trusts_only_ecs_acting_for_this_account_and_region(default: Synth, custom: Synth) -> None:
+    for built, account, region in (
+        (default, "123456789012", "us-east-1"),
+        (custom, custom.config.account, "eu-west-1"),
+    ):
+        (role,) = [
+            r
+            for r in built.resources("AWS::IAM::Role").values()
+            if r["Metadata"]["aws:cdk:path"].endswith("/TaskDefinition/TaskRole/Resource")
+        ]
+        (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        assert statement["Principal"] == {"Service": "ecs-tasks.amazonaws.com"}
+        assert statement["Condition"] == {
+            "StringEquals": {"aws:SourceAccount": account},
+            "ArnLike": {"aws:SourceArn": f"arn:aws:ecs:{region}:{account}:*"},
+        }
