@@ -166,7 +166,7 @@ def test_prune_removes_only_what_is_stopped_and_released(
     # "held" is owned by a live connection-mode lease: its owner has not released it.
     set_lease(dynamodb_endpoint, table, "held", lease_owner="w1", lease_epoch=3, lease_expires_at_ms=2**52)
     path = write(tmp_path / "keep.yaml", {"connections": [{"id": "keep", "url": "wss://x.example.com/keep"}]})
-    assert applied(table, local_env, "-f", path, "--dry-run") == [f"no changes: 1 connections match {path}"]
+    assert applied(table, local_env, "-f", path, "--dry-run") == [f"no changes: 1 connection matches {path}"]
     assert applied(table, local_env, "-f", path, "--prune", "--dry-run") == [
         "- held  remove (not in the file; stop it first)",
         "- old  remove (not in the file; stop it first)",
@@ -185,7 +185,7 @@ def test_prune_removes_only_what_is_stopped_and_released(
     asyncio.run(_release(dynamodb_endpoint, table[-1], "held"))  # what its owner's release does
     assert applied(table, local_env, "-f", path, "--prune")[0] == "- held  remove (not in the file)"
     assert set(items(table, local_env)) == {"keep"}
-    assert applied(table, local_env, "-f", path, "--prune") == [f"no changes: 1 connections match {path}"]
+    assert applied(table, local_env, "-f", path, "--prune") == [f"no changes: 1 connection matches {path}"]
 
 
 async def _release(endpoint: str, table: str, cid: str) -> None:

@@ -129,7 +129,8 @@ def apply(
             )
             plan = make_plan(desired, await admin.list(), prune=prune)
             if not plan.changes:
-                click.echo(f"no changes: {plan.unchanged} connections match {source}")
+                agreed = "connection matches" if plan.unchanged == 1 else "connections match"
+                click.echo(f"no changes: {plan.unchanged} {agreed} {source}")
                 return
             for change in plan.changes:
                 click.echo(change.line())
