@@ -460,6 +460,19 @@ def drop_one(arrivals: Sequence[Arrival], pick: Callable[[Arrival], bool]) -> tu
     raise AssertionError("no line to drop for the negative control")
 
 
+def change_one(
+    arrivals: Sequence[Arrival],
+    pick: Callable[[Arrival], bool],
+    change: Callable[[dict[str, Any]], dict[str, Any]],
+) -> tuple[list[Arrival], Arrival]:
+    """A copy in which the first line `pick` chooses carries `change(record)` instead."""
+    for index, arrival in enumerate(arrivals):
+        if pick(arrival):
+            doctored = replace(arrival, record=change(arrival.record))
+            return [*arrivals[:index], doctored, *arrivals[index + 1 :]], arrival
+    raise AssertionError("no line to change for the negative control")
+
+
 def move_late(arrivals: Sequence[Arrival], pick: Callable[[Arrival], bool]) -> list[Arrival]:
     """A copy in which the line `pick` chooses is written again at the end of its file, after
     everything else the tailer saw (a deposed owner's late write)."""

@@ -46,8 +46,10 @@ from leaseworker.feed.replays import Entry
 from leaseworker.local.fleet import FAST
 from leaseworker.worker.fenced import EXIT_FENCED
 from tests.system.feeds_checks import (
+    TAPE_SLACK_MS,
     Arrival,
     Upstream,
+    change_one,
     check_consumer,
     check_not_replayable,
     check_replayable,
@@ -412,22 +414,40 @@ def doctor_not_replayable(
     assert any("never arrived" in v and repr((key, sent.cursor)) in v for v in found), (cid, found)
     assert any(f"key {key} items {n}..{n} missing with no gap marker" in v for v in found), (cid, found)
 
+    # An event no socket was sent (the same record, its content altered): invented.
+    copy, _ = change_one(
+        arrivals, lambda a: a is chosen, lambda r: {**r, "data": {**r["data"], "doctored": 1}}
+    )
+    found = judge(copy, (cid,))
+    assert any("delivered but never sent" in v for v in found), (cid, found)
+
     # 3. The takeover marker removed where items were lost at the takeover: an unmarked hole.
     lost_keys = takeover_holes(arrivals, cid, old_epoch, upstream)
     if not lost_keys:
         return False
-    copy, dropped = drop_one(arrivals, lambda a: a.cid == cid and a.epoch > old_epoch and a.seq == 0)
+    takeover_marker = lambda a: a.cid == cid and a.epoch > old_epoch and a.seq == 0  # noqa: E731
+    copy, dropped = drop_one(arrivals, takeover_marker)
     assert dropped.record["data"]["reason"] == "takeover"
     found = judge(copy, (cid,))
-    assert any(f"key {lost_keys[0]} items" in v and "missing with no gap marker" in v for v in found), (
-        cid,
-        found,
+    lost_key, last_lost = lost_keys[0]
+    unmarked = f"key {lost_key} items"
+    assert any(unmarked in v and "missing with no gap marker" in v for v in found), (cid, found)
+    # The marker kept, but its until_ms moved to just before the last lost item existed upstream:
+    # it no longer bounds the hole.
+    too_early = int(upstream.existed_ms(lost_key, last_lost)) - TAPE_SLACK_MS - 1
+    copy, _ = change_one(
+        arrivals, takeover_marker, lambda r: {**r, "data": {**r["data"], "until_ms": too_early}}
     )
+    found = judge(copy, (cid,))
+    assert any(unmarked in v and "missing with no gap marker" in v for v in found), (cid, found)
     return True
 
 
-def takeover_holes(arrivals: list[Arrival], cid: str, old_epoch: int, upstream: Upstream) -> list[Any]:
-    """The keys whose items were lost between the old epoch's last and the new epoch's first."""
+def takeover_holes(
+    arrivals: list[Arrival], cid: str, old_epoch: int, upstream: Upstream
+) -> list[tuple[Any, int]]:
+    """The keys whose items were lost between the old epoch's last and the new epoch's first,
+    each with the number of its last lost item."""
     told = [
         (upstream.identity(a.record), a.epoch)
         for a in arrivals
@@ -439,7 +459,7 @@ def takeover_holes(arrivals: list[Arrival], cid: str, old_epoch: int, upstream: 
         old = [t[1] for t, e in told if t is not None and t[0] == key and e == old_epoch]
         new = [t[1] for t, e in told if t is not None and t[0] == key and e > old_epoch]
         if old and new and max(old) + 1 < min(new):
-            holed.append(key)
+            holed.append((key, min(new) - 1))
     return holed
 
 
