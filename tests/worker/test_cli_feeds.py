@@ -130,7 +130,8 @@ def test_config_yaml_file_and_show(
     lines = dict(line.split(None, 1) for line in out.splitlines() if line and not line.startswith(" "))
     assert lines["protocol"] == "generic/1"
     assert lines["lease_expires_at_ms"] == "held by session"
-    assert lines["updated_at_ms"].endswith("s ago)") and " UTC (" in lines["updated_at_ms"]
+    assert " UTC (" in lines["updated_at_ms"] and "s ago)" in lines["updated_at_ms"]
+    assert "in session mode its checkpoints do not touch it" in lines["updated_at_ms"]
     assert lines["cursor"] == '{"time_us":1733387412000000}'
     assert lines["last_seq"] == "41" and lines["preset"] == "-"
     assert "access_token: '{{secret:ha#token}}'" in out  # the config as YAML
