@@ -300,19 +300,26 @@ def check_not_replayable(arrivals: Sequence[Arrival], cid: str, upstream: Upstre
     - per socket: everything the upstream sent on a socket, up to the last record delivered
       from that socket (in the socket's send order, every key), is delivered (the records
       between two socket markers are traced to the one socket that was sent all of them, by
-      their whole content, times included);
+      their whole content, times included). Items of a look back (Kraken's snapshot) at or below
+      what earlier sockets delivered of their key are history, not sent while connected: the
+      worker drops them below its cursor, and one never delivered is an earlier hole, judged
+      next;
     - every item missing from the sink (per key, between the first and the last delivered on
       the key's tape) lies inside a gap marker placed before the next delivered item of the key
-      in arrival order: a keyed marker (`key`) whose from_cursor/to_cursor bound the hole (the
-      last id before it, the first id after it), or a marker of the whole connection (connect,
-      takeover, reconnect, idle) whose from_cursor (the `{key: cursor}` map it resumed from) is
-      at or below the record before the hole, and whose until_ms is no earlier than the time the
-      last missing item existed upstream.
+      in arrival order:
+      * a keyed marker (`key`) whose from_cursor is at or below the last id before the hole and
+        whose to_cursor is at or above the last id in it (a record's seq_gap names the first id
+        after the hole; a heartbeat's, from Coinbase's `last_trade_id`, the last one in it);
+      * or a marker of the whole connection (connect, takeover, reconnect, idle) whose
+        from_cursor (the `{key: cursor}` map it resumed from) is at or below the record before
+        the hole, and whose until_ms is no earlier than the time the last missing item existed
+        upstream.
     """
     violations: list[str] = []
     mine = [a.record for a in arrivals if a.cid == cid]
     delivered: set[tuple[str | None, int]] = set()
-    runs: list[tuple[int, list[Sent]]] = []  # (socket, the run's sends on it)
+    runs: list[tuple[int, list[Sent], dict[str | None, int]]] = []  # socket, its sends, history
+    earlier: dict[str | None, int] = {}  # per key, the highest item the runs so far delivered
     for run in socket_runs(mine):
         candidates: set[int] | None = None
         for record in run:
@@ -339,12 +346,19 @@ def check_not_replayable(arrivals: Sequence[Arrival], cid: str, upstream: Upstre
         first_ms = int(run[0]["received_at_ms"])
         opened = upstream.opened
         conn = max(candidates, key=lambda c: (opened.get(c, 0) <= first_ms, opened.get(c, 0)))
-        runs.append((conn, [s for record in run for s in upstream.sends(record) if s.conn == conn]))
-    for conn, sends in runs:
+        sends = [s for record in run for s in upstream.sends(record) if s.conn == conn]
+        runs.append((conn, sends, dict(earlier)))
+        for sent in sends:
+            earlier[sent.key] = max(sent.n, earlier.get(sent.key, sent.n))
+    for conn, sends, history in runs:
         on_socket = upstream.by_socket[conn]
         position = {s: i for i, s in enumerate(on_socket)}
         last = max(position[s] for s in sends)
-        unsent = [(s.key, s.cursor) for s in on_socket[: last + 1] if (s.key, s.n) not in delivered]
+        unsent = [
+            (s.key, s.cursor)
+            for s in on_socket[: last + 1]
+            if (s.key, s.n) not in delivered and s.n > history.get(s.key, s.n - 1)
+        ]
         if unsent:
             at = on_socket[last]
             violations.append(
@@ -404,7 +418,7 @@ def _covers(
             marker["key"] == record_key
             and all(isinstance(v, int) for v in (low, high, previous["cursor"], first))
             and low <= previous["cursor"]
-            and high >= first
+            and high >= first - 1
         )
     since = marker.get("from_cursor")
     if isinstance(since, dict):

@@ -147,6 +147,15 @@ class Replays:
             return list(self.servers[name].ledger.entries)
         return asyncio.run_coroutine_threadsafe(copy(), self._loop).result(10)
 
+    def skip(self, name: str, frames: int) -> None:
+        """Make replay `name` lose its next `frames` data frames (an upstream's own loss within a
+        socket), on the replays' loop."""
+
+        async def skip() -> None:
+            self.servers[name].skip(frames)
+
+        asyncio.run_coroutine_threadsafe(skip(), self._loop).result(10)
+
     def stop(self) -> None:
         if self._loop.is_closed():
             return
