@@ -404,39 +404,22 @@ def doctor_not_replayable(
         if a.cid == cid and a.record["kind"] == "data":
             told = upstream.identity(a.record)
             count[told] = count.get(told, 0) + 1
-    # The first owner's record at seq >= 12 delivered once, in the middle of its key's run: its
-    # key's previous record is the item before it, with no marker between (before a key's first
-    # record, what the connect marker covers has no lower bound: only the ledger shows a loss).
-    last_n: dict[Any, int] = {}
-    chosen: Arrival | None = None
-    for a in arrivals:
-        if a.cid != cid or a.epoch != old_epoch:
-            continue
-        if a.record["kind"] == "gap":
-            last_n.clear()
-            continue
-        told = upstream.identity(a.record)
-        if a.record["kind"] != "data" or told is None:
-            continue
-        if a.seq >= 12 and count[told] == 1 and last_n.get(told[0]) == told[1] - 1:
-            chosen = a
-            break
-        last_n[told[0]] = told[1]
-
-    # 2. One record in the middle of the first owner's socket removed: missing while connected,
-    #    and an unmarked hole.
-    copy, dropped = drop_one(arrivals, lambda a: a is chosen)
-    told = upstream.identity(dropped.record)
-    assert told is not None
-    key, n = told
-    sent = upstream.sends(dropped.record)[0]
-    found = judge(copy, (cid,))
-    assert any("never arrived" in v and repr((key, sent.cursor)) in v for v in found), (cid, found)
-    assert any(f"key {key} items {n}..{n} missing with no gap marker" in v for v in found), (cid, found)
+    # 2. An event dropped: one record in the middle of a socket removed (the first owner's and
+    #    the new owner's): missing while connected, and an unmarked hole.
+    for epoch, min_seq in ((old_epoch, 12), (old_epoch + 1, 5)):
+        dropped = mid_socket(arrivals, cid, epoch, min_seq, upstream, count)
+        copy = [a for a in arrivals if a is not dropped]
+        told = upstream.identity(dropped.record)
+        assert told is not None
+        key, n = told
+        sent = upstream.sends(dropped.record)[0]
+        found = judge(copy, (cid,))
+        assert any("never arrived" in v and repr((key, sent.cursor)) in v for v in found), (cid, found)
+        assert any(f"key {key} items {n}..{n} missing with no gap marker" in v for v in found), (cid, found)
 
     # An event no socket was sent (the same record, its content altered): invented.
     copy, _ = change_one(
-        arrivals, lambda a: a is chosen, lambda r: {**r, "data": {**r["data"], "doctored": 1}}
+        arrivals, lambda a: a is dropped, lambda r: {**r, "data": {**r["data"], "doctored": 1}}
     )
     found = judge(copy, (cid,))
     assert any("delivered but never sent" in v for v in found), (cid, found)
@@ -469,6 +452,35 @@ def doctor_not_replayable(
     found = judge(copy, (cid,))
     assert any(unmarked in v and "missing with no gap marker" in v for v in found), (cid, found)
     return True
+
+
+def mid_socket(
+    arrivals: list[Arrival], cid: str, epoch: int, min_seq: int, upstream: Upstream, count: dict[Any, int]
+) -> Arrival:
+    """A record of `epoch` at `min_seq` or later, delivered once, in the middle of its key's run:
+    its key's previous record, with no marker between, is the item before it and was the
+    highest of its key so far (a socket's first records are not: what its marker covers has no
+    lower bound, or begins at the previous owner's last delivered; only the ledger shows a loss
+    there)."""
+    top: dict[Any, int] = {}  # per key, the highest item so far
+    fresh: dict[Any, int] = {}  # per key, the item of its last record, when that raised `top`
+    for a in arrivals:
+        if a.cid != cid:
+            continue
+        if a.record["kind"] == "gap":
+            fresh.clear()
+            continue
+        told = upstream.identity(a.record)
+        if a.record["kind"] != "data" or told is None:
+            continue
+        key, n = told
+        if a.epoch == epoch and a.seq >= min_seq and count[told] == 1 and fresh.get(key) == n - 1:
+            return a
+        if n > top.get(key, n - 1):
+            top[key] = fresh[key] = n
+        else:
+            fresh.pop(key, None)
+    raise AssertionError(f"{cid} epoch {epoch}: no record in the middle of a socket to drop")
 
 
 def takeover_holes(
