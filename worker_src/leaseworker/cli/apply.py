@@ -19,7 +19,6 @@ table matches, 1 when a write failed or a pruned connection is still held, 2 for
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import sys
 import time
@@ -33,7 +32,7 @@ from leaseworker.cli.apply_file import load_desired
 from leaseworker.cli.apply_plan import Change, Plan, make_plan
 from leaseworker.cli.apply_writes import Progress, WriteFailure, prune_held, write_changes
 from leaseworker.cli.connections import connections
-from leaseworker.cli.errors import CliError, CliUsageError, run_async
+from leaseworker.cli.errors import CliError, check_wait_seconds, run_async
 from leaseworker.cli.main import resolve_target, target_options
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.notify import Notifier
@@ -109,8 +108,7 @@ def apply(
     Every entry is validated before anything is written. A second apply of the
     same file changes nothing. --prune removes only connections that are stopped
     and released, as `connections remove` does."""
-    if not math.isfinite(wait_seconds) or wait_seconds <= 0:
-        raise CliUsageError(f"invalid --wait {wait_seconds!r}: must be a finite number of seconds > 0")
+    check_wait_seconds(wait_seconds)
     desired = load_desired(path, os.environ)  # before any network: a bad file writes nothing
     source = "<stdin>" if path == "-" else path
     target = resolve_target(ctx, table, endpoint_url)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
@@ -18,7 +17,7 @@ from rich.text import Text
 
 from leaseworker.aws import CLI_CLIENT_CONFIG
 from leaseworker.cli import feeds
-from leaseworker.cli.errors import CliError, CliUsageError, run_async
+from leaseworker.cli.errors import CliError, CliUsageError, check_wait_seconds, run_async
 from leaseworker.cli.main import Target, cli, resolve_target, target_options
 from leaseworker.lease.admin import LeaseTableAdmin, ReleaseTimeout
 from leaseworker.lease.held_store import SESSION_HELD
@@ -196,8 +195,7 @@ def remove(
     Its epoch is kept: a later `add` of the same id continues above it, so
     consumers and upstreams that remember the highest epoch see it rise.
     """
-    if not math.isfinite(wait_seconds) or wait_seconds <= 0:
-        raise CliUsageError(f"invalid --wait {wait_seconds!r}: must be a finite number of seconds > 0")
+    check_wait_seconds(wait_seconds)
 
     async def forced(admin: LeaseTableAdmin) -> None:
         try:

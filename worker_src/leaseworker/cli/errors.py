@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -47,6 +48,12 @@ class CliUsageError(CliError):
     """One line on stderr, exit 2: the input was invalid."""
 
     exit_code = EXIT_USAGE
+
+
+def check_wait_seconds(wait_seconds: float) -> None:
+    """`--wait` of `remove --force` and `apply --prune`: a finite number of seconds > 0."""
+    if not math.isfinite(wait_seconds) or wait_seconds <= 0:
+        raise CliUsageError(f"invalid --wait {wait_seconds!r}: must be a finite number of seconds > 0")
 
 
 def run_async(coro: Coroutine[Any, Any, T], *, table: str | None = None, endpoint: str | None = None) -> T:
