@@ -183,6 +183,12 @@ def _non_finite(text: str) -> bool:
         return False
 
 
+def allow_insecure_ws_from(env: Mapping[str, str]) -> bool:
+    """ALLOW_INSECURE_WS alone, for the operator CLI: `connections add/apply` refuse `ws://` to
+    a non-loopback host exactly as the worker does."""
+    return _bool(env, "ALLOW_INSECURE_WS", False)
+
+
 def lease_seconds_from(env: Mapping[str, str]) -> float:
     """LEASE_SECONDS alone, for the operator CLI: `remove --force` watches an unrenewed lease for
     that long on its own clock before it calls it expired (lease/removal.py)."""

@@ -47,7 +47,7 @@ from leaseworker.protocol.registry import (
     build,
     known_protocols,
 )
-from leaseworker.settings import SettingsError
+from leaseworker.settings import SettingsError, allow_insecure_ws_from
 from leaseworker.worker.backoff import FatalUpstreamError, check_upstream_url
 
 MAX_FILE_BYTES: Final = 1024 * 1024  # far above any config that fits MAX_CONFIG_BYTES
@@ -262,15 +262,10 @@ def compact(value: Any) -> str:
 
 def allow_insecure(env: Mapping[str, str]) -> bool:
     """ALLOW_INSECURE_WS as the worker reads it (settings.py)."""
-    raw = env.get(INSECURE_VARIABLE)
-    if raw is None or raw == "":
-        return False
-    lowered = raw.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise CliUsageError(str(SettingsError(INSECURE_VARIABLE, raw, "must be true or false")))
+    try:
+        return allow_insecure_ws_from(env)
+    except SettingsError as error:
+        raise CliUsageError(str(error)) from None
 
 
 def check_insecure(path: str, url: str, env: Mapping[str, str]) -> None:
