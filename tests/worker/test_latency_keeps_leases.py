@@ -6,6 +6,10 @@ that succeeds late is still a renewal: every write lands within the lease it ext
 worker must keep all its leases. Judged from outside: no connection's `lease_epoch` changes, and
 the feed server sees no connection go unsubscribed for longer than about a second.
 
+A third case makes the round trip about 2 s in connection mode: past V − H (1.5 s), where the
+lease used to be lost at its local deadline, and within V (2.5 s), where a renewal in flight
+still answers in time (`Lease.awaiting_renewal`): deliveries pause, the socket and lease stay.
+
 A second worker (direct to DynamoDB) observes the slow one's `hb` on its own clock, so the
 observer's judgement (fence a peer whose counter stood still for LEASE_SECONDS) is real. It holds
 one connection of its own at MAX_CONNECTIONS = 1, so fair share leaves the slow worker all eight.
@@ -32,6 +36,7 @@ from leaseworker.settings import LeaseMode, Settings
 from tests.worker.harness import eventually, running
 
 CHUNK_LATENCY = 0.7  # seconds added to each chunk, each way: about 1.4 s a round trip
+BEYOND_V_MINUS_H = 1.0  # about 2 s a round trip: connection mode keeps its leases while R < V
 FAULT_SECONDS = 10.0
 MAX_GAP_MS = 1000  # "no subscriber" longer than this is a moved (or lapsed) lease
 IDS = [f"c{i}" for i in range(8)]
@@ -75,7 +80,17 @@ def longest_gaps(log: Path, start_ms: int, end_ms: int) -> dict[str, int]:
     return gaps
 
 
-@pytest.mark.parametrize("mode", ["connection", "session"])
+@pytest.mark.parametrize(
+    ("mode", "chunk_latency"),
+    [
+        ("connection", CHUNK_LATENCY),
+        ("session", CHUNK_LATENCY),
+        # A round trip of about 2 s: past V − H (1.5 s), within V (2.5 s). Each renewal still
+        # lands within the lease it extends, so nothing may move; deliveries pause meanwhile.
+        ("connection", BEYOND_V_MINUS_H),
+    ],
+    ids=["connection", "session", "connection-2s"],
+)
 async def test_a_slow_but_timely_dynamodb_moves_no_lease(
     ddb: DynamoDBClient,
     table: str,
@@ -83,6 +98,7 @@ async def test_a_slow_but_timely_dynamodb_moves_no_lease(
     dynamodb_proxy: TcpProxy,
     tmp_path: Path,
     mode: LeaseMode,
+    chunk_latency: float,
 ) -> None:
     admin = LeaseTableAdmin(ddb, table)
     base = replace(settings, sink="null", lease_mode=mode)
@@ -101,13 +117,13 @@ async def test_a_slow_but_timely_dynamodb_moves_no_lease(
                 await asyncio.sleep(2 * settings.heartbeat_seconds)  # settled
                 before = {item["connection_id"]: item["lease_epoch"] for item in await admin.list()}
 
-                dynamodb_proxy.latency = CHUNK_LATENCY
+                dynamodb_proxy.latency = chunk_latency
                 fault_ms = time.time_ns() // 1_000_000
                 rtt = await round_trip(dynamodb_proxy.url, table)
                 print(
                     f"DynamoDB round trip through the proxy: {rtt:.2f} s (lease {settings.lease_seconds} s)"
                 )
-                assert rtt >= 1.3, f"the fault is milder than the issue's: {rtt:.2f} s"
+                assert rtt >= 1.85 * chunk_latency, f"the fault is milder than meant: {rtt:.2f} s"
                 await asyncio.sleep(FAULT_SECONDS - rtt)
                 dynamodb_proxy.latency = 0.0
                 await asyncio.sleep(2 * settings.lease_seconds)  # anything lapsed shows by now
@@ -155,3 +171,43 @@ async def test_a_late_older_renewal_never_moves_the_expiry_back(
         ExpressionAttributeValues={":s": {"S": "STOPPED"}},
     )
     assert isinstance(await store.renew(lease, timeout=2.0), Stopped)
+
+
+async def test_a_silent_dynamodb_still_fences_within_one_validity_past_the_deadline(
+    table: str, ddb: DynamoDBClient, settings: Settings, dynamodb_proxy: TcpProxy, tmp_path: Path
+) -> None:
+    """Waiting for a renewal in flight is bounded: only renewals sent before the deadline are
+    awaited, each for at most its own validity V. So when DynamoDB goes silent (a blackhole: no
+    reply ever), the lease is lost, and the upstream socket closed, within V of the deadline,
+    that is within H + 2V of the silence; renewals sent while waiting must not prolong it."""
+    admin = LeaseTableAdmin(ddb, table)
+    config = replace(settings, sink="null", lease_mode="connection", endpoint_url=dynamodb_proxy.url)
+    log = tmp_path / "feed-sessions.jsonl"
+    ids = ["c0", "c1"]
+    bound = config.heartbeat_seconds + 2 * config.local_validity_seconds
+    async with FeedServer(rate=20, session_log=log) as feed:
+        for cid in ids:
+            await admin.add(cid, feed.url_for(cid))
+        async with running(config) as run:
+            await eventually(lambda: run.worker.owned == ids, 10, "both owned")
+            await asyncio.sleep(2 * config.heartbeat_seconds)
+            dynamodb_proxy.set_mode("blackhole")
+            silent_ms = time.time_ns() // 1_000_000
+            started = time.monotonic()
+            await eventually(
+                lambda: run.metrics.totals().get(MetricName.SelfFenced, 0) >= len(ids),
+                bound + 3,
+                "both leases lost",
+            )
+            took = time.monotonic() - started
+            dynamodb_proxy.set_mode("pass")
+    closes = [
+        event
+        for event in map(json.loads, log.read_text().splitlines())
+        if event["event"] == "close" and event["t_ms"] >= silent_ms
+    ]
+    print(f"lost {took:.2f} s after DynamoDB went silent (bound {bound:.1f} s)")
+    assert took <= bound + 0.5, f"the lease outlived its bound: {took:.2f} s > {bound:.1f} s"
+    first_close = {event["connection_id"]: event["t_ms"] - silent_ms for event in reversed(closes)}
+    assert set(first_close) >= set(ids), closes
+    assert all(ms <= (bound + 0.5) * 1000 for ms in first_close.values()), first_close

@@ -85,6 +85,40 @@ def test_renewal_deadline_is_its_own_local_validity() -> None:
     assert renewal_timeout(S) == pytest.approx(S.local_validity_seconds)
 
 
+@pytest.mark.parametrize(
+    ("state", "in_flight", "now", "awaiting"),
+    [
+        (LeaseState.HELD, [110.0], 116.0, False),  # still valid: nothing to await
+        (LeaseState.HELD, [110.0], 118.0, True),  # past 117, a renewal sent before it is pending
+        (LeaseState.RELEASING, [110.0], 118.0, True),  # its release carries the checkpoint
+        (LeaseState.HELD, [], 118.0, False),  # nothing in flight: lapsed
+        (LeaseState.HELD, [117.5], 118.0, False),  # sent after the deadline: does not prolong it
+        (LeaseState.LOST, [110.0], 118.0, False),
+    ],
+)
+def test_a_lease_past_its_deadline_awaits_only_renewals_sent_before_it(
+    state: LeaseState, in_flight: list[float], now: float, awaiting: bool
+) -> None:
+    held = lease(state=state)
+    held.renewals_in_flight.extend(in_flight)
+    assert held.awaiting_renewal(now) is awaiting
+    assert held.renewable(now) is (held.is_valid(now) or awaiting)
+
+
+def test_a_renewal_answering_past_the_deadline_revives_the_wait_for_later_ones() -> None:
+    """Sent at 110 and 117.5 (the second while awaiting the first): once the first answers, the
+    lease is valid to 127 and the second counts again, having been sent within it."""
+    held = lease()
+    held.renewals_in_flight.extend([110.0, 117.5])
+    assert held.awaiting_renewal(118.0)
+    held.renewals_in_flight.remove(110.0)
+    held.renewed(sent_at=110.0, settings=S)
+    assert held.is_valid(118.0)
+    assert held.awaiting_renewal(127.5)  # 117.5 < 127: still awaited
+    held.renewals_in_flight.clear()
+    assert not held.renewable(127.5)
+
+
 def attrs(**values: object) -> dict[str, object]:
     base: dict[str, object] = {
         "connection_id": {"S": "c1"},

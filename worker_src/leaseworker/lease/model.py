@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from leaseworker.settings import ID_PATTERN, Settings
@@ -167,6 +167,8 @@ class Lease:
     protocol: str = DEFAULT_PROTOCOL
     protocol_config: str | None = None
     start_cursor: str | None = None  # JSON text: the checkpoint cursor beside `start_seq`
+    # Connection mode: the send times of renewals not yet answered (worker/keeper.py).
+    renewals_in_flight: list[float] = field(default_factory=list)
 
     def resume_from(self, item: ConnectionItem, seq: int, cursor: str | None) -> None:
         """Take what the session needs from the item as it was before our acquisition: where the
@@ -179,6 +181,29 @@ class Lease:
 
     def is_valid(self, now: float) -> bool:
         return self.state in (LeaseState.HELD, LeaseState.RELEASING) and now < self.valid_until
+
+    def awaiting_renewal(self, now: float) -> bool:
+        """Past the local deadline, but a renewal sent before it is still in flight.
+
+        Nothing may be delivered (`is_valid` is false), yet the lease is not lost: that renewal
+        was conditional on our owner and epoch, so if it lands it proves nobody took the item,
+        and it extends the lease from its own send time, as every renewal does. Only renewals
+        sent before the deadline count, and each answers within `renewal_timeout`, so the wait
+        ends at most one local validity after the deadline. Losing the lease at the deadline
+        instead moved every lease of a slow but timely DynamoDB whose round trip came within a
+        tenth of a second of V − H (issue 20, 3b, seen again under CI's load)."""
+        if self.state not in (LeaseState.HELD, LeaseState.RELEASING) or now < self.valid_until:
+            return False
+        return any(sent_at < self.valid_until for sent_at in self.renewals_in_flight)
+
+    def renewable(self, now: float) -> bool:
+        """A renewal may be sent: the lease is valid, or awaits one sent while it was. One sent
+        past the deadline is as safe as any: it lands only if the item still names our owner
+        and epoch (no claim landed first; a claim landing after it finds the expiry extended),
+        and it extends from its own send time. It does not prolong the wait (see above), but
+        keeps the chain of renewals in flight: without it a round trip over V − H lapsed the
+        lease a heartbeat later."""
+        return self.is_valid(now) or self.awaiting_renewal(now)
 
     def renewed(self, sent_at: float, settings: Settings) -> None:
         """A renewal sent at monotonic `sent_at` succeeded: extend the local deadline.

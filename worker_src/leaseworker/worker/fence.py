@@ -8,12 +8,16 @@ from collections.abc import Callable
 
 from leaseworker.lease.model import Lease, LeaseState
 
+RECHECK_SECONDS = 0.02  # past the deadline with a renewal in flight: how often to look again
+
 
 class LeaseFence:
     """Calls `on_expiry` once the lease's `valid_until` passes without a renewal moving it.
 
     Renewals only ever move `valid_until` later, so on each wake-up the timer either fires or
-    sleeps again until the new deadline. A lease already LOST needs no fence."""
+    sleeps again until the new deadline. A lease already LOST needs no fence. Past the deadline
+    with a renewal still in flight (`Lease.awaiting_renewal`), it looks again every
+    RECHECK_SECONDS until that renewal has answered: the session delivers nothing meanwhile."""
 
     def __init__(self, lease: Lease, on_expiry: Callable[[], None]) -> None:
         self._lease = lease
@@ -26,7 +30,11 @@ class LeaseFence:
         def check() -> None:
             if self._lease.state is LeaseState.LOST:
                 return
-            if time.monotonic() >= self._lease.valid_until:
+            now = time.monotonic()
+            if self._lease.awaiting_renewal(now):
+                self._timer = loop.call_later(RECHECK_SECONDS, check)
+                return
+            if now >= self._lease.valid_until:
                 self._on_expiry()
                 return
             self._timer = loop.call_at(_loop_time(loop, self._lease.valid_until), check)

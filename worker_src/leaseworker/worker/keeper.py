@@ -17,12 +17,19 @@ H = 1 (validity 2.5 s), each renewal was sent about 1.1 s before the deadline an
 ("exceeded its 1.09 s deadline"), although it would have landed within the lease it extends; even
 uncut, serial renewals need 2 round trips per validity (R < V/2 = 1.25 s).
 
-The bound now: a lease is kept while every round trip R < V − H (V = LEASE_SECONDS −
-MAX_CLOCK_SKEW − margin): the renewal sent H after a successful one must land before that one's
-deadline. At the local fleet's timings (V = 2.5 s, H = 1 s) 1.5 s; at the defaults (V = 17 s,
-H = 5 s) 12 s, which the lease client's read timeout allows (aws.lease_client_config). Leases ×
-R / H renewals are in flight; RENEW_CONCURRENCY bounds them below the lease client's connection
-pool (64, `aws.lease_client_config`), so renewals never queue behind checkpoints at the pool.
+The bound now: a lease is kept while every round trip R < V (V = LEASE_SECONDS −
+MAX_CLOCK_SKEW − margin): each renewal is bounded by its own validity, and one that answers
+extends the lease from its send time. Deliveries stop at the local deadline as before (S1), but
+past it a lease with a renewal in flight is not lost yet (`Lease.awaiting_renewal`): the session
+holds its socket and delivers nothing until that renewal has answered. So with R < V − H nothing
+pauses, and with V − H ≤ R < V deliveries pause for up to R − (V − H) each heartbeat, and the
+lease stays. At the local fleet's timings (V = 2.5 s, H = 1 s) that is 1.5 s and 2.5 s; at the
+defaults (V = 17 s, H = 5 s) 12 s and 17 s, which the lease client's read timeout allows
+(aws.lease_client_config). Before, the lease was lost at the deadline, so R < V − H was a cliff:
+the 1.4 s round trip of tests/worker/test_latency_keeps_leases.py kept every lease alone and lost
+half of them once CI's load added a tenth of a second. Leases × R / H renewals are in flight;
+RENEW_CONCURRENCY bounds them below the lease client's connection pool (64,
+`aws.lease_client_config`), so renewals never queue behind checkpoints at the pool.
 
 Pipelined renewals may land out of order; the store's renewal only moves the expiry forward
 (`store.COND_RENEW`), so an older one landing late never shortens what a newer one wrote.
@@ -106,36 +113,44 @@ class LeaseKeeper:
 
     async def _renew(self, owned: Owned) -> None:
         lease = owned.lease
-        period = self._settings.heartbeat_seconds
         try:
             async with self._gate:
                 sent_at = time.monotonic()
-                if not lease.is_valid(sent_at):
+                if not lease.renewable(sent_at):
                     return  # lapsed or lost: the session's fence timer has stopped delivery
+                lease.renewals_in_flight.append(sent_at)  # past the deadline, the session waits for it
                 try:
-                    result = await self._ownership.renew(lease, timeout=renewal_timeout(self._settings))
-                except StoreError as error:
-                    owned.next_renewal = min(owned.next_renewal, time.monotonic() + RETRY_FRACTION * period)
-                    logger.warning(
-                        "renewal failed; retrying while the lease is valid",
-                        extra={
-                            "connection_id": lease.connection_id,
-                            "error": str(error),
-                            "sent_ago": round(time.monotonic() - sent_at, 3),
-                        },
-                    )
-                    return
-            if isinstance(result, Renewed):
-                lease.renewed(sent_at, self._settings)
-            elif isinstance(result, Stopped):
-                logger.info("connection stopped by operator", extra={"connection_id": lease.connection_id})
-                owned.session.request_release("desired_state STOPPED")
-            elif isinstance(result, Lost):
-                logger.warning(
-                    "renewal refused; dropping the connection",
-                    extra={"connection_id": lease.connection_id, "reason": result.reason},
-                )
-                owned.session.lose(result.reason)
+                    await self._renew_sent(owned, sent_at)
+                finally:
+                    lease.renewals_in_flight.remove(sent_at)  # once its answer moved the deadline, or not
         finally:
             owned.renewing -= 1
             self._finished.set()
+
+    async def _renew_sent(self, owned: Owned, sent_at: float) -> None:
+        lease = owned.lease
+        try:
+            result = await self._ownership.renew(lease, timeout=renewal_timeout(self._settings))
+        except StoreError as error:
+            retry = RETRY_FRACTION * self._settings.heartbeat_seconds
+            owned.next_renewal = min(owned.next_renewal, time.monotonic() + retry)
+            logger.warning(
+                "renewal failed; retrying while the lease is valid",
+                extra={
+                    "connection_id": lease.connection_id,
+                    "error": str(error),
+                    "sent_ago": round(time.monotonic() - sent_at, 3),
+                },
+            )
+            return
+        if isinstance(result, Renewed):
+            lease.renewed(sent_at, self._settings)
+        elif isinstance(result, Stopped):
+            logger.info("connection stopped by operator", extra={"connection_id": lease.connection_id})
+            owned.session.request_release("desired_state STOPPED")
+        elif isinstance(result, Lost):
+            logger.warning(
+                "renewal refused; dropping the connection",
+                extra={"connection_id": lease.connection_id, "reason": result.reason},
+            )
+            owned.session.lose(result.reason)

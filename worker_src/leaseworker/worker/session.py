@@ -2,7 +2,9 @@
 
 The session never decides ownership; it obeys it. Before every sink write it checks the lease's
 local monotonic deadline (docs/design.md §2d), and a timer aborts the socket the instant that deadline
-passes, so a worker that wakes from a pause past its deadline delivers nothing. Checkpoints are
+passes, so a worker that wakes from a pause past its deadline delivers nothing. In connection mode
+a renewal sent before the deadline and still in flight defers the abort (`Lease.awaiting_renewal`):
+the session keeps its socket and delivers nothing until that renewal has answered. Checkpoints are
 written by the worker's checkpoint loop from `delivered_seq` and `delivered_cursor`, which only
 move after the sink has acknowledged (by the accepted prefix when the sink took only part of a
 batch).
@@ -46,7 +48,7 @@ from leaseworker.worker.backoff import FatalUpstreamError, ReconnectPacing
 from leaseworker.worker.batch import Batch
 from leaseworker.worker.budget import ConnectBudgets
 from leaseworker.worker.failures import FailureRecorder, RecordFailure
-from leaseworker.worker.fence import LeaseFence
+from leaseworker.worker.fence import RECHECK_SECONDS, LeaseFence
 from leaseworker.worker.references import NoReferences, References
 
 logger = get_logger(__name__)
@@ -240,7 +242,10 @@ class ConnectionSession:
         self.clear_batch()
         now = time.monotonic()
         if not self.lease.is_valid(now):
-            raise Stop(self.ending())
+            await self._wait_for_renewal()
+            now = time.monotonic()
+            if not self.lease.is_valid(now):
+                raise Stop(self.ending())
         try:
             if self._writes_at_once:
                 await self.deps.sink.write(batch, valid=self.valid)
@@ -291,7 +296,20 @@ class ConnectionSession:
         return self.lease.is_valid(time.monotonic())
 
     def stopping(self) -> bool:
-        return self.stop_requested.is_set() or not self.valid()
+        if self.stop_requested.is_set():
+            return True
+        now = time.monotonic()
+        return not self.lease.is_valid(now) and not self.lease.awaiting_renewal(now)
+
+    async def _wait_for_renewal(self) -> None:
+        """Past the deadline with a renewal in flight: deliver nothing until it has answered
+        (bounded by `renewal_timeout`), or a stop is asked for."""
+        while self.lease.awaiting_renewal(time.monotonic()) and not self.stop_requested.is_set():
+            try:
+                async with asyncio.timeout(RECHECK_SECONDS):
+                    await self.stop_requested.wait()
+            except TimeoutError:
+                pass
 
     def ending(self) -> SessionResult:
         if self.lease.state is LeaseState.RELEASING and time.monotonic() < self.lease.valid_until:
