@@ -196,15 +196,6 @@ class Lease:
             return False
         return any(sent_at < self.valid_until for sent_at in self.renewals_in_flight)
 
-    def renewable(self, now: float) -> bool:
-        """A renewal may be sent: the lease is valid, or awaits one sent while it was. One sent
-        past the deadline is as safe as any: it lands only if the item still names our owner
-        and epoch (no claim landed first; a claim landing after it finds the expiry extended),
-        and it extends from its own send time. It does not prolong the wait (see above), but
-        keeps the chain of renewals in flight: without it a round trip over V − H lapsed the
-        lease a heartbeat later."""
-        return self.is_valid(now) or self.awaiting_renewal(now)
-
     def renewed(self, sent_at: float, settings: Settings) -> None:
         """A renewal sent at monotonic `sent_at` succeeded: extend the local deadline.
 

@@ -17,15 +17,18 @@ H = 1 (validity 2.5 s), each renewal was sent about 1.1 s before the deadline an
 ("exceeded its 1.09 s deadline"), although it would have landed within the lease it extends; even
 uncut, serial renewals need 2 round trips per validity (R < V/2 = 1.25 s).
 
-The bound now: a lease is kept while every round trip R < V (V = LEASE_SECONDS −
-MAX_CLOCK_SKEW − margin): each renewal is bounded by its own validity, and one that answers
-extends the lease from its send time. Deliveries stop at the local deadline as before (S1), but
-past it a lease with a renewal in flight is not lost yet (`Lease.awaiting_renewal`): the session
-holds its socket and delivers nothing until that renewal has answered. So with R < V − H nothing
-pauses, and with V − H ≤ R < V deliveries pause for up to R − (V − H) each heartbeat, and the
-lease stays. At the local fleet's timings (V = 2.5 s, H = 1 s) that is 1.5 s and 2.5 s; at the
-defaults (V = 17 s, H = 5 s) 12 s and 17 s, which the lease client's read timeout allows
-(aws.lease_client_config). Before, the lease was lost at the deadline, so R < V − H was a cliff:
+The bound now (V = LEASE_SECONDS − MAX_CLOCK_SKEW − margin): each renewal is bounded by its own
+validity, and one that answers extends the lease from its send time. Deliveries stop at the
+local deadline as before (S1), but past it a lease with a renewal sent before the deadline still
+in flight is not lost yet (`Lease.awaiting_renewal`): the session holds its socket and delivers
+nothing until that renewal has answered. No renewal is sent while the lease is not valid (one
+that landed would extend the table's lease while we serve nothing: the fault suite's ddb_stall
+took over 2.5 s later). So with R < V − H nothing pauses; up to R ≤ 2H (while V > 2H) the
+renewal due at each heartbeat still finds the lease valid, deliveries pause for up to
+R − (V − H) per heartbeat, and the lease stays. At the local fleet's timings (V = 2.5 s,
+H = 1 s) that is 1.5 s and 2 s; at the defaults (V = 17 s, H = 5 s) 12 s and 10 s (V − H
+governs), which the lease client's read timeout allows (aws.lease_client_config). Before, the
+lease was lost at the deadline, so R < V − H was a cliff:
 the 1.4 s round trip of tests/worker/test_latency_keeps_leases.py kept every lease alone and lost
 half of them once CI's load added a tenth of a second. Leases × R / H renewals are in flight;
 RENEW_CONCURRENCY bounds them below the lease client's connection pool (64,
@@ -116,7 +119,7 @@ class LeaseKeeper:
         try:
             async with self._gate:
                 sent_at = time.monotonic()
-                if not lease.renewable(sent_at):
+                if not lease.is_valid(sent_at):
                     return  # lapsed or lost: the session's fence timer has stopped delivery
                 lease.renewals_in_flight.append(sent_at)  # past the deadline, the session waits for it
                 try:
