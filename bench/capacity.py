@@ -21,12 +21,19 @@ from decimal import Decimal
 from typing import Any
 
 from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.lease.vocabulary import (
+    INDEX_BY_OWNER,
+    INDEX_BY_OWNER_PK,
+    INDEX_BY_STATE_EXPIRY,
+    INDEX_BY_STATE_EXPIRY_PK,
+    INDEX_BY_STATE_EXPIRY_SK,
+)
 
 TABLE_KEY = ("connection_id",)
 # (index, partition key, sort key or None); both are KEYS_ONLY (docs/design.md §2).
 INDEXES: tuple[tuple[str, str, str | None], ...] = (
-    ("by-state-expiry", "desired_state", "lease_expires_at_ms"),
-    ("by-owner", "lease_owner", None),
+    (INDEX_BY_STATE_EXPIRY, INDEX_BY_STATE_EXPIRY_PK, INDEX_BY_STATE_EXPIRY_SK),
+    (INDEX_BY_OWNER, INDEX_BY_OWNER_PK, None),
 )
 SCRATCH_TABLE = "bench-xcheck"
 WRITES = ("UpdateItem", "PutItem", "DeleteItem")

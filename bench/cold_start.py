@@ -35,7 +35,7 @@ from typing import Any
 from bench import write_ceiling
 from bench.designs import CONNECTION, SESSION
 from bench.probe import FeedLog, add_connections, capacity_cli, cpu_seconds, owners, raise_open_files
-from leaseworker.lease.checkpoint_store import MAX_ENTRIES_PER_ITEM
+from leaseworker.lease.vocabulary import MAX_ENTRIES_PER_ITEM
 from leaseworker.local.fleet import Fleet, poll_until
 from leaseworker.supervisor.process import child_pids
 

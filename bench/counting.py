@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from leaseworker.lease.vocabulary import CHECKPOINT_KEY_SUFFIX, WORKER_KEY_PREFIX
 from leaseworker.local.proxy import ProxyThread, TcpProxy
 
 _TARGET = re.compile(rb"x-amz-target:\s*DynamoDB_\d+\.(\w+)", re.IGNORECASE)
@@ -45,8 +46,8 @@ def item_class(key: dict[str, Any] | None) -> str:
     if not key:
         return ""
     cid = str(next(iter(key.get("connection_id", {}).values()), ""))
-    if cid.startswith("worker#"):
-        return "checkpoint" if cid.endswith("#ckpt") else "session"
+    if cid.startswith(WORKER_KEY_PREFIX):
+        return "checkpoint" if cid.endswith(CHECKPOINT_KEY_SUFFIX) else "session"
     return "connection"
 
 

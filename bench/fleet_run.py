@@ -15,6 +15,7 @@ from bench.capacity import CrossCheck
 from bench.counting import CapturingProxyThread
 from bench.designs import Design
 from bench.failover import busiest, fault, summary
+from leaseworker.lease.vocabulary import CHECKPOINT_KEY_SUFFIX, WORKER_KEY_PREFIX
 from leaseworker.local.fleet import TABLE, Fleet, poll_until
 from leaseworker.local.invariants import check_all
 from leaseworker.local.services import local_dynamodb
@@ -139,5 +140,5 @@ async def _price(
         check = CrossCheck(client, TABLE)
         prices = {kind: await check.price(*samples[kind]) for kind in sorted(kinds) if kind in samples}
         scan = await client.scan(TableName=TABLE)
-    sessions = [i for i in scan["Items"] if str(i["connection_id"]["S"]).startswith("worker#")]
-    return prices, [s for s in sessions if not str(s["connection_id"]["S"]).endswith("#ckpt")]
+    sessions = [i for i in scan["Items"] if str(i["connection_id"]["S"]).startswith(WORKER_KEY_PREFIX)]
+    return prices, [s for s in sessions if not str(s["connection_id"]["S"]).endswith(CHECKPOINT_KEY_SUFFIX)]

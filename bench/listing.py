@@ -13,6 +13,7 @@ from typing import Any
 
 from bench.capacity import CrossCheck
 from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.lease.vocabulary import WORKER_KEY_PREFIX
 from leaseworker.local.fleet import TABLE
 from leaseworker.local.services import local_dynamodb, start_dynamodb_local
 
@@ -38,7 +39,7 @@ async def _measure(
     reads: dict[str, tuple[str, dict[str, Any]]],
     counts: list[int],
 ) -> dict[str, dict[str, Any]]:
-    owners = [str(s["connection_id"]["S"]).removeprefix("worker#") for s in sessions] or ["w0"]
+    owners = [str(s["connection_id"]["S"]).removeprefix(WORKER_KEY_PREFIX) for s in sessions] or ["w0"]
     out: dict[str, dict[str, Any]] = {}
     async with local_dynamodb(endpoint) as client:
         await LeaseTableAdmin(client, TABLE).create_table()

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from leaseworker.lease.admin import LeaseTableAdmin
-from leaseworker.lease.held_store import SESSION_HELD
+from leaseworker.lease.vocabulary import SESSION_HELD
 from leaseworker.local.services import local_dynamodb
 
 TABLE = "leaseworker-ceiling"

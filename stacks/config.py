@@ -32,6 +32,7 @@ from stacks.context_values import (
     parse_positive,
     parse_ratio,
 )
+from stacks.vocabulary import LEASE_MODES, MAX_ENTRIES_PER_ITEM
 
 __all__ = ["ConfigError", "LeaseworkerConfig", "load_config"]
 
@@ -57,13 +58,9 @@ FARGATE_TASK_SIZES: Mapping[int, tuple[int, ...]] = {
 # The VPC spans this many availability zones; natGateways may not exceed it.
 VPC_MAX_AZS = 2
 
-# The lease modes this worker version runs. `leaseMode` parses both values of docs/design.md §7,
-# but synth refuses a mode the worker cannot run (it would deploy a crash-looping service).
-SUPPORTED_LEASE_MODES: tuple[LeaseMode, ...] = ("connection", "session")
 # Session mode keeps a worker's checkpoints in one 400 KB item: the worker refuses more
-# MAX_CONNECTIONS than it can hold (leaseworker.lease.checkpoint_store.MAX_ENTRIES_PER_ITEM;
-# tests/infra keeps the two equal).
-SESSION_MAX_CONNECTIONS_PER_TASK = 1117
+# MAX_CONNECTIONS than it can hold, and so does synth (the worker's own figure).
+SESSION_MAX_CONNECTIONS_PER_TASK = MAX_ENTRIES_PER_ITEM
 
 # docs/design.md §2a: in connection mode every renewal rewrites the by-state-expiry sort key, and
 # all STARTED items share one index partition key. One partition takes about 1,000 writes/s
@@ -286,7 +283,7 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter(
         "leaseMode",
         "lease_mode",
-        lambda n, r: parse_choice(n, r, ("connection", "session")),
+        lambda n, r: parse_choice(n, r, LEASE_MODES),
         "connection | session",
     ),
     Parameter("leaseSeconds", "lease_seconds", parse_positive, ">= 3 x heartbeatSeconds"),
@@ -376,13 +373,6 @@ def _describe_sizes(sizes: tuple[int, ...]) -> str:
 def validate(config: LeaseworkerConfig) -> LeaseworkerConfig:
     """The cross-field rules (docs/design.md §7); each names the parameter that breaks it."""
     c = config
-    _check(
-        c.lease_mode in SUPPORTED_LEASE_MODES,
-        c,
-        "lease_mode",
-        f"{c.lease_mode} mode is not available in this worker version "
-        f"(supported: {' | '.join(SUPPORTED_LEASE_MODES)})",
-    )
     _check(
         c.lease_seconds >= 3 * c.heartbeat_seconds,
         c,

@@ -6,17 +6,15 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
-PARTITION_KEY = "connection_id"
-STATE_EXPIRY_INDEX = "by-state-expiry"
-STATE_EXPIRY_INDEX_PK = "desired_state"
-STATE_EXPIRY_INDEX_SK = "lease_expires_at_ms"
-# Sparse: only items with an owner are in it; a worker finds what it holds (docs/design.md §2).
-OWNER_INDEX = "by-owner"
-OWNER_INDEX_PK = "lease_owner"
-INDEXES: tuple[str, ...] = (STATE_EXPIRY_INDEX, OWNER_INDEX)
-# Epoch seconds on the workers' session and checkpoint items (docs/design.md §2.0, §2b): DynamoDB
-# deletes the items of workers gone for good. Connection items never carry it.
-TTL_ATTRIBUTE = "purge_at"
+from stacks.vocabulary import (
+    INDEX_BY_OWNER,
+    INDEX_BY_OWNER_PK,
+    INDEX_BY_STATE_EXPIRY,
+    INDEX_BY_STATE_EXPIRY_PK,
+    INDEX_BY_STATE_EXPIRY_SK,
+    TABLE_KEY,
+    TTL_ATTRIBUTE,
+)
 
 
 class LeaseTable(Construct):
@@ -38,7 +36,7 @@ class LeaseTable(Construct):
         self.table = dynamodb.Table(
             self,
             "Table",
-            partition_key=dynamodb.Attribute(name=PARTITION_KEY, type=dynamodb.AttributeType.STRING),
+            partition_key=dynamodb.Attribute(name=TABLE_KEY, type=dynamodb.AttributeType.STRING),
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True
@@ -49,13 +47,15 @@ class LeaseTable(Construct):
             removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
         )
         self.table.add_global_secondary_index(
-            index_name=STATE_EXPIRY_INDEX,
-            partition_key=dynamodb.Attribute(name=STATE_EXPIRY_INDEX_PK, type=dynamodb.AttributeType.STRING),
-            sort_key=dynamodb.Attribute(name=STATE_EXPIRY_INDEX_SK, type=dynamodb.AttributeType.NUMBER),
+            index_name=INDEX_BY_STATE_EXPIRY,
+            partition_key=dynamodb.Attribute(
+                name=INDEX_BY_STATE_EXPIRY_PK, type=dynamodb.AttributeType.STRING
+            ),
+            sort_key=dynamodb.Attribute(name=INDEX_BY_STATE_EXPIRY_SK, type=dynamodb.AttributeType.NUMBER),
             projection_type=dynamodb.ProjectionType.KEYS_ONLY,
         )
         self.table.add_global_secondary_index(
-            index_name=OWNER_INDEX,
-            partition_key=dynamodb.Attribute(name=OWNER_INDEX_PK, type=dynamodb.AttributeType.STRING),
+            index_name=INDEX_BY_OWNER,
+            partition_key=dynamodb.Attribute(name=INDEX_BY_OWNER_PK, type=dynamodb.AttributeType.STRING),
             projection_type=dynamodb.ProjectionType.KEYS_ONLY,
         )

@@ -12,11 +12,12 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from stacks.config import PROJECT_TAG, SECRET_ARN_PATTERN, LeaseworkerConfig
-from stacks.lease_table import INDEXES, OWNER_INDEX, LeaseTable
+from stacks.lease_table import LeaseTable
 from stacks.notification_queue import NotificationQueue
 from stacks.observability import Observability
 from stacks.scaling import WorkerScaling
 from stacks.sink import KinesisSink
+from stacks.vocabulary import INDEX_BY_OWNER, INDEXES
 from stacks.worker_service import HealthCheckTiming, WorkerService
 
 WORKER_SOURCE = Path(__file__).resolve().parent.parent / "worker_src"
@@ -152,7 +153,7 @@ class LeaseworkerStack(Stack):
             iam.PolicyStatement(
                 sid="OwnerIndexSweep",
                 actions=list(OWNER_INDEX_SCAN_ACTIONS),
-                resources=[f"{table.table_arn}/index/{OWNER_INDEX}"],
+                resources=[f"{table.table_arn}/index/{INDEX_BY_OWNER}"],
             )
         )
         notifications.queue.grant(task_role, *QUEUE_ACTIONS)

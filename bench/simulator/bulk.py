@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from bench.simulator.memory_dynamodb import MemoryDynamoDB
 from leaseworker.lease.model import STARTED, Lease
+from leaseworker.lease.vocabulary import INDEX_BY_STATE_EXPIRY
 
 RENEW_KIND = "UpdateItem connection SET lease_expires_at_ms"
 CHECKPOINT_KIND = "UpdateItem connection SET last_seq"
@@ -26,7 +27,7 @@ def renew_rest(
 ) -> list[Lease]:
     """SET lease_expires_at_ms under `lease_owner = :me AND lease_epoch = :epoch AND STARTED`."""
     table = client.database.tables[table_name]
-    index = table.indexes["by-state-expiry"].partitions.get(STARTED)
+    index = table.indexes[INDEX_BY_STATE_EXPIRY].partitions.get(STARTED)
     new_value = {"N": str(expires_ms)}
     refused: list[Lease] = []
     for lease in leases:

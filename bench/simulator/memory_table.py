@@ -15,6 +15,7 @@ from typing import Any
 
 from bench.capacity import INDEXES, TABLE_KEY
 from bench.simulator.expressions import Condition, Item, Names, Values, number
+from leaseworker.lease.vocabulary import INDEX_BY_OWNER
 
 SortKey = Any  # int | Decimal | str; None for an index without a sort key
 
@@ -145,7 +146,7 @@ class Table:
 
     def owned_by(self, owner: str) -> int:
         """How many items name `owner` (from the by-owner index; for the simulator's samples)."""
-        partition = self.indexes["by-owner"].partitions.get(owner)
+        partition = self.indexes[INDEX_BY_OWNER].partitions.get(owner)
         return partition.size if partition else 0
 
 

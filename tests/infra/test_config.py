@@ -293,13 +293,17 @@ def test_boundary_values_are_accepted() -> None:
 def test_session_mode_has_no_index_ceiling_and_matches_the_worker_limit() -> None:
     """Session mode writes nothing per connection per heartbeat: no connection-mode ceiling.
     Its own limit is the worker's one checkpoint item, and the two numbers agree."""
-    from leaseworker.lease.checkpoint_store import MAX_ENTRIES_PER_ITEM
+    from leaseworker.lease.checkpoint_store import check_checkpoint_capacity
+    from leaseworker.settings import SettingsError
 
-    assert config_module.SESSION_MAX_CONNECTIONS_PER_TASK == MAX_ENTRIES_PER_ITEM
+    cap = config_module.SESSION_MAX_CONNECTIONS_PER_TASK
+    check_checkpoint_capacity(cap)  # the worker runs at synth's largest
+    with pytest.raises(SettingsError):
+        check_checkpoint_capacity(cap + 1)  # and refuses one more, as synth does
     assert parse(leaseMode="session", maxTasks="10").max_fleet_connections == 7000
     with pytest.raises(ConfigError, match="index ceiling"):
         parse(leaseMode="connection", maxTasks="10")
-    assert parse(leaseMode="session", maxConnectionsPerTask=str(MAX_ENTRIES_PER_ITEM)).lease_mode == "session"
+    assert parse(leaseMode="session", maxConnectionsPerTask=str(cap)).lease_mode == "session"
 
 
 def test_a_plain_deploy_with_credentials_is_told_the_placeholder_account_is_used() -> None:

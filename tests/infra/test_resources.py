@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 from aws_cdk.assertions import Capture, Match
@@ -381,3 +382,24 @@ def test_no_stream_unless_sink_is_kinesis(custom: Synth) -> None:
     env = {e["Name"]: e["Value"] for e in worker_container(custom)["Environment"]}
     assert env["SINK"] == "null"
     assert "kinesis:" not in json.dumps(custom.resources("AWS::IAM::Policy"))
+
+
+def test_the_deployed_table_is_the_one_the_worker_creates_and_queries(default: Synth) -> None:
+    """The stack and `leaseworker table create` state the same keys and indexes, from one
+    vocabulary (worker_src/leaseworker/lease/vocabulary.py, loaded by stacks/vocabulary.py)."""
+    import stacks.vocabulary
+    from leaseworker.lease import vocabulary
+
+    assert Path(vocabulary.__file__).resolve() == stacks.vocabulary.SOURCE
+    table = default.one("AWS::DynamoDB::Table")["Properties"]
+    schema: dict[str, Any] = vocabulary.TABLE_SCHEMA
+    assert table["KeySchema"] == schema["KeySchema"]
+    assert sorted(table["AttributeDefinitions"], key=_attribute_name) == sorted(
+        schema["AttributeDefinitions"], key=_attribute_name
+    )
+    assert table["GlobalSecondaryIndexes"] == schema["GlobalSecondaryIndexes"]
+    assert table["TimeToLiveSpecification"] == {"AttributeName": vocabulary.TTL_ATTRIBUTE, "Enabled": True}
+
+
+def _attribute_name(definition: dict[str, str]) -> str:
+    return definition["AttributeName"]

@@ -25,8 +25,8 @@ import botocore.session
 import pytest
 
 from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.lease.vocabulary import INDEX_BY_OWNER
 from leaseworker.local.services import LOCAL_CREDENTIALS, local_dynamodb
-from leaseworker.supervisor.fence import GSI_BY_OWNER
 from leaseworker.supervisor.process import child_pids
 from tests.system.procscan import MARKER_VAR
 
@@ -58,7 +58,7 @@ async def create_table(endpoint: str, name: str) -> None:
 def ensure_by_owner_index(ddb: Any, table: str) -> None:
     """The table admin gains `by-owner` on another branch; add it here until it does."""
     indexes = ddb.describe_table(TableName=table)["Table"].get("GlobalSecondaryIndexes", [])
-    if any(index["IndexName"] == GSI_BY_OWNER for index in indexes):
+    if any(index["IndexName"] == INDEX_BY_OWNER for index in indexes):
         return
     ddb.update_table(
         TableName=table,
@@ -66,7 +66,7 @@ def ensure_by_owner_index(ddb: Any, table: str) -> None:
         GlobalSecondaryIndexUpdates=[
             {
                 "Create": {
-                    "IndexName": GSI_BY_OWNER,
+                    "IndexName": INDEX_BY_OWNER,
                     "KeySchema": [{"AttributeName": "lease_owner", "KeyType": "HASH"}],
                     "Projection": {"ProjectionType": "KEYS_ONLY"},
                 }

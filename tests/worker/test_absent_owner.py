@@ -18,9 +18,9 @@ from types_aiobotocore_dynamodb import DynamoDBClient
 
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.attribute_values import session_key
-from leaseworker.lease.held_store import SESSION_HELD
 from leaseworker.lease.liveness import ABSENT
 from leaseworker.lease.session_store import SessionStore
+from leaseworker.lease.vocabulary import SESSION_HELD
 from leaseworker.settings import Settings
 from leaseworker.worker.absent_owners import SWEEP_EVERY_LEASES
 from tests.worker.harness import eventually, running

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from leaseworker.cli.feeds import human_time
-from leaseworker.lease.held_store import SESSION_HELD
+from leaseworker.lease.vocabulary import SESSION_HELD
 from leaseworker.protocol.generic import parse_config
 from leaseworker.protocol.registry import MAX_CONFIG_BYTES
 from tests.worker.test_cli import (

@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 from rich.console import Console
 
-from leaseworker.lease.held_store import SESSION_HELD
+from leaseworker.lease.vocabulary import SESSION_HELD
 from leaseworker.local.events import Event
 from leaseworker.local.fleet import Fleet, WorkerProcess
 from leaseworker.local.stopping import StopSignals

@@ -30,9 +30,9 @@ from leaseworker.lease.admin import (
     ReleaseTimeout,
     UnknownConnection,
 )
-from leaseworker.lease.removal import SESSION_HELD_EXPIRY_MS
 from leaseworker.lease.session_store import SessionStore
 from leaseworker.lease.store import Acquired, LeaseStore, Lost, now_ms
+from leaseworker.lease.vocabulary import SESSION_HELD
 from leaseworker.local.invariants import Delivered, Report, check_s1, read_events
 from leaseworker.settings import Settings
 from tests.worker.harness import eventually, running
@@ -232,9 +232,7 @@ async def test_a_session_held_lease_needs_the_sessions_fence(ddb: DynamoDBClient
     admin = LeaseTableAdmin(ddb, table)
     await admin.add("c1", URL)
     await admin.stop("c1")
-    await set_attributes(
-        ddb, table, "c1", lease_owner="w9", lease_epoch=2, lease_expires_at_ms=SESSION_HELD_EXPIRY_MS
-    )
+    await set_attributes(ddb, table, "c1", lease_owner="w9", lease_epoch=2, lease_expires_at_ms=SESSION_HELD)
     await ddb.put_item(
         TableName=table,
         Item={"connection_id": {"S": "worker#w9"}, "desired_state": {"S": "WORKER"}, "hb": {"N": "7"}},
@@ -267,9 +265,7 @@ async def test_force_stops_a_free_connection_and_removes_it(ddb: DynamoDBClient,
 async def test_force_gives_up_after_its_wait_and_leaves_it_stopped(ddb: DynamoDBClient, table: str) -> None:
     admin = LeaseTableAdmin(ddb, table)
     await admin.add("c1", URL)
-    await set_attributes(
-        ddb, table, "c1", lease_owner="w9", lease_epoch=2, lease_expires_at_ms=SESSION_HELD_EXPIRY_MS
-    )
+    await set_attributes(ddb, table, "c1", lease_owner="w9", lease_epoch=2, lease_expires_at_ms=SESSION_HELD)
     # w9's session is live (not fenced): an absent one would make c1 removable at once.
     await SessionStore(ddb, table).heartbeat("w9", load=1, capacity=10, lease_mode="session")
     lines: list[str] = []

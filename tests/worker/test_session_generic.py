@@ -20,8 +20,8 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
 from leaseworker.feed.replays.base import ReplayServer
-from leaseworker.lease.checkpoint_store import MAX_CURSOR_BYTES
 from leaseworker.lease.model import HAND_BACK_REASONS, UPSTREAM_STALE_EPOCH, Lease
+from leaseworker.lease.vocabulary import MAX_CURSOR_BYTES
 from leaseworker.observability.metrics import WorkerMetrics
 from leaseworker.observability.tracing import configure_tracing
 from leaseworker.protocol.presets import expand

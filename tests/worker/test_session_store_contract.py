@@ -21,8 +21,6 @@ import leaseworker.lease.store as store_module
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.batch_get import batch_get_items
 from leaseworker.lease.checkpoint_store import (
-    MAX_CURSOR_BYTES,
-    MAX_ENTRIES_PER_ITEM,
     CheckpointStore,
     CheckpointTooLarge,
     check_checkpoint_capacity,
@@ -30,12 +28,13 @@ from leaseworker.lease.checkpoint_store import (
     resume_seq,
 )
 from leaseworker.lease.errors import StoreRejected, StoreUnavailable
-from leaseworker.lease.held_store import GSI_BY_OWNER, SESSION_HELD, SessionHeldStore
+from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.liveness import CONFIRMED, SUSPECTED, Observer, PeerState, live_worker_ids
 from leaseworker.lease.model import Lease
 from leaseworker.lease.rendezvous import rank
 from leaseworker.lease.session_store import VANISHED, Fenced, SessionStore
 from leaseworker.lease.store import Acquired, LeaseStore, Lost, now_ms
+from leaseworker.lease.vocabulary import INDEX_BY_OWNER, MAX_CURSOR_BYTES, MAX_ENTRIES_PER_ITEM, SESSION_HELD
 from leaseworker.settings import Settings, SettingsError
 
 URL = "ws://127.0.0.1:9/feeds/x"
@@ -48,14 +47,14 @@ async def session_table(ddb: DynamoDBClient, table: str) -> str:
     """The lease table plus the sparse `by-owner` index (added here if `table create` lacks it)."""
     described = await ddb.describe_table(TableName=table)
     indexes = {i["IndexName"] for i in described["Table"].get("GlobalSecondaryIndexes", [])}
-    if GSI_BY_OWNER not in indexes:
+    if INDEX_BY_OWNER not in indexes:
         await ddb.update_table(
             TableName=table,
             AttributeDefinitions=[{"AttributeName": "lease_owner", "AttributeType": "S"}],
             GlobalSecondaryIndexUpdates=[
                 {
                     "Create": {
-                        "IndexName": GSI_BY_OWNER,
+                        "IndexName": INDEX_BY_OWNER,
                         "KeySchema": [{"AttributeName": "lease_owner", "KeyType": "HASH"}],
                         "Projection": {"ProjectionType": "KEYS_ONLY"},
                     }
@@ -67,7 +66,7 @@ async def session_table(ddb: DynamoDBClient, table: str) -> str:
             statuses = {
                 i["IndexName"]: i.get("IndexStatus") for i in described["Table"]["GlobalSecondaryIndexes"]
             }
-            if statuses.get(GSI_BY_OWNER) == "ACTIVE":
+            if statuses.get(INDEX_BY_OWNER) == "ACTIVE":
                 break
             await asyncio.sleep(0.1)
         else:

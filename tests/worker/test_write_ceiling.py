@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from bench import write_ceiling
-from leaseworker.lease.held_store import SESSION_HELD
+from leaseworker.lease.vocabulary import SESSION_HELD
 from leaseworker.local.services import local_dynamodb
 
 

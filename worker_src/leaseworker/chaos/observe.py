@@ -17,15 +17,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from leaseworker.lease.checkpoint_store import entries_from
-from leaseworker.lease.model import RESERVED_KEY_PREFIXES
+from leaseworker.lease.vocabulary import CHECKPOINT_KEY_SUFFIX, RESERVED_KEY_PREFIXES, WORKER_KEY_PREFIX
 from leaseworker.local.fleet import TABLE, Fleet
 from leaseworker.local.services import local_dynamodb
 from leaseworker.supervisor.process import child_pids
 
 SAMPLE_SECONDS: Final = 0.25
 MEMORY_SAMPLE_SECONDS: Final = 2.0
-WORKER_PREFIX: Final = "worker#"  # a worker's own items: its session, and its checkpoints
-CKPT_SUFFIX: Final = "#ckpt"
 
 
 @dataclass
@@ -41,15 +39,15 @@ class TableReading:
 
 def checkpoint_item_worker(key: str) -> str | None:
     """The worker whose batched checkpoint item (`worker#<id>#ckpt`) this key is, else None."""
-    if key.startswith(WORKER_PREFIX) and key.endswith(CKPT_SUFFIX):
-        return key[len(WORKER_PREFIX) : -len(CKPT_SUFFIX)]
+    if key.startswith(WORKER_KEY_PREFIX) and key.endswith(CHECKPOINT_KEY_SUFFIX):
+        return key[len(WORKER_KEY_PREFIX) : -len(CHECKPOINT_KEY_SUFFIX)]
     return None
 
 
 def session_item_worker(key: str) -> str | None:
     """The worker whose session item (`worker#<id>`) this key is, else None."""
-    if key.startswith(WORKER_PREFIX) and not key.endswith(CKPT_SUFFIX):
-        return key[len(WORKER_PREFIX) :]
+    if key.startswith(WORKER_KEY_PREFIX) and not key.endswith(CHECKPOINT_KEY_SUFFIX):
+        return key[len(WORKER_KEY_PREFIX) :]
     return None
 
 

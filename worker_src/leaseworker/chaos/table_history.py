@@ -32,7 +32,7 @@ import aioboto3
 
 from leaseworker.chaos.observe import checkpoint_item_worker
 from leaseworker.lease.checkpoint_store import entries_from
-from leaseworker.lease.model import RESERVED_KEY_PREFIXES
+from leaseworker.lease.vocabulary import RESERVED_KEY_PREFIXES
 from leaseworker.local.fleet import TABLE
 from leaseworker.local.services import LOCAL_CLIENT_OPTIONS, local_dynamodb
 

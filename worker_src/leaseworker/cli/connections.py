@@ -20,7 +20,7 @@ from leaseworker.cli import feeds
 from leaseworker.cli.errors import CliError, CliUsageError, check_wait_seconds, run_async
 from leaseworker.cli.main import Target, cli, resolve_target, target_options
 from leaseworker.lease.admin import LeaseTableAdmin, ReleaseTimeout
-from leaseworker.lease.held_store import SESSION_HELD
+from leaseworker.lease.vocabulary import SESSION_HELD
 from leaseworker.notify import Notifier
 from leaseworker.protocol import presets
 from leaseworker.protocol.registry import SEQFEED

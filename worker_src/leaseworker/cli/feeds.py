@@ -35,7 +35,7 @@ import yaml
 
 from leaseworker.cli.errors import CliUsageError
 from leaseworker.lease.admin import check_ws_url
-from leaseworker.lease.held_store import SESSION_HELD
+from leaseworker.lease.vocabulary import SESSION_HELD
 from leaseworker.protocol import presets
 from leaseworker.protocol.adapter import ConfigError
 from leaseworker.protocol.generic import parse_config, redact_url

@@ -21,10 +21,9 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from leaseworker.lease.attribute_values import error_code, purge_at, session_key
-from leaseworker.lease.held_store import GSI_BY_OWNER
 from leaseworker.lease.liveness import ABSENT
-from leaseworker.lease.model import WORKER_STATE
 from leaseworker.lease.store import CONDITION_FAILED, call_with_deadline, now_ms
+from leaseworker.lease.vocabulary import INDEX_BY_OWNER, TTL_ATTRIBUTE, WORKER_STATE
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb import DynamoDBClient
@@ -43,7 +42,7 @@ class AbsentOwnerStore:
         owners: set[str] = set()
         start_key: dict[str, Any] | None = None
         while True:
-            kwargs: dict[str, Any] = {"TableName": self._table, "IndexName": GSI_BY_OWNER}
+            kwargs: dict[str, Any] = {"TableName": self._table, "IndexName": INDEX_BY_OWNER}
             if start_key:
                 kwargs["ExclusiveStartKey"] = start_key
             response = await call_with_deadline(self._client.scan(**kwargs), self._call_timeout)
@@ -64,7 +63,7 @@ class AbsentOwnerStore:
             "capacity": {"N": "0"},
             "lease_mode": {"S": "session"},
             "updated_at_ms": {"N": str(now)},
-            "purge_at": {"N": str(purge_at(now))},
+            TTL_ATTRIBUTE: {"N": str(purge_at(now))},
             "fenced_by": {"S": me},
             "fence_kind": {"S": ABSENT},
             "fence_reason": {"S": reason[:500]},

@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
 
-from leaseworker.lease.attribute_values import CHECKPOINT_SUFFIX, checkpoint_key
+from leaseworker.lease.attribute_values import checkpoint_key
 from leaseworker.lease.checkpoint_store import (
     Cursors,
     Entries,
@@ -55,12 +55,10 @@ from leaseworker.lease.connection_writes import (
 )
 from leaseworker.lease.errors import TableMissing
 from leaseworker.lease.model import (
-    BUDGET_KEY_PREFIX,
     DEFAULT_PROTOCOL,
     NO_CHECKPOINT,
     STARTED,
     STOPPED,
-    WORKER_KEY_PREFIX,
     ConnectionItem,
     check_connection_id,
 )
@@ -76,17 +74,20 @@ from leaseworker.lease.removal import (
 )
 from leaseworker.lease.store import (
     CONDITION_FAILED,
-    GSI_BY_STATE_EXPIRY,
     call_with_deadline,
     translate_client_error,
+)
+from leaseworker.lease.vocabulary import (
+    BUDGET_KEY_PREFIX,
+    CHECKPOINT_KEY_SUFFIX,
+    TABLE_SCHEMA,
+    TTL_ATTRIBUTE,
+    WORKER_KEY_PREFIX,
 )
 from leaseworker.settings import DEFAULT_LEASE_SECONDS
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb import DynamoDBClient
-
-GSI_BY_OWNER = "by-owner"
-TTL_ATTRIBUTE = "purge_at"  # the workers' own items expire through it (docs/design.md §2.0)
 
 
 class ConnectionExists(ValueError):
@@ -154,29 +155,7 @@ class LeaseTableAdmin:
                 self._client.create_table(
                     TableName=self._table,
                     BillingMode="PAY_PER_REQUEST",
-                    AttributeDefinitions=[
-                        {"AttributeName": "connection_id", "AttributeType": "S"},
-                        {"AttributeName": "desired_state", "AttributeType": "S"},
-                        {"AttributeName": "lease_expires_at_ms", "AttributeType": "N"},
-                        {"AttributeName": "lease_owner", "AttributeType": "S"},
-                    ],
-                    KeySchema=[{"AttributeName": "connection_id", "KeyType": "HASH"}],
-                    GlobalSecondaryIndexes=[
-                        {
-                            "IndexName": GSI_BY_STATE_EXPIRY,
-                            "KeySchema": [
-                                {"AttributeName": "desired_state", "KeyType": "HASH"},
-                                {"AttributeName": "lease_expires_at_ms", "KeyType": "RANGE"},
-                            ],
-                            "Projection": {"ProjectionType": "KEYS_ONLY"},
-                        },
-                        {
-                            # Sparse: only items with an owner are in it (session takeover, §2b).
-                            "IndexName": GSI_BY_OWNER,
-                            "KeySchema": [{"AttributeName": "lease_owner", "KeyType": "HASH"}],
-                            "Projection": {"ProjectionType": "KEYS_ONLY"},
-                        },
-                    ],
+                    **TABLE_SCHEMA,  # type: ignore[arg-type]
                 )
             )
         except _TableExists:
@@ -389,8 +368,8 @@ class LeaseTableAdmin:
                 if not key.startswith(WORKER_KEY_PREFIX):
                     if "removed_at_ms" not in item:
                         items.append(plain(item))
-                elif key.endswith(CHECKPOINT_SUFFIX):
-                    worker = key[len(WORKER_KEY_PREFIX) : -len(CHECKPOINT_SUFFIX)]
+                elif key.endswith(CHECKPOINT_KEY_SUFFIX):
+                    worker = key[len(WORKER_KEY_PREFIX) : -len(CHECKPOINT_KEY_SUFFIX)]
                     checkpoints[worker], cursors[worker] = entries_from(item), cursors_from(item)
                 else:
                     sessions[key[len(WORKER_KEY_PREFIX) :]] = plain(item)

@@ -7,9 +7,8 @@ from typing import Any, cast
 
 from botocore.exceptions import ClientError
 
-from leaseworker.lease.model import WORKER_KEY_PREFIX
+from leaseworker.lease.vocabulary import CHECKPOINT_KEY_SUFFIX, WORKER_KEY_PREFIX
 
-CHECKPOINT_SUFFIX = "#ckpt"
 PURGE_AFTER_SECONDS = 3 * 24 * 3600  # TTL: workers' items are garbage-collected days after their last write
 
 
@@ -18,7 +17,7 @@ def session_key(worker_id: str) -> dict[str, Any]:
 
 
 def checkpoint_key(worker_id: str) -> dict[str, Any]:
-    return {"connection_id": {"S": f"{WORKER_KEY_PREFIX}{worker_id}{CHECKPOINT_SUFFIX}"}}
+    return {"connection_id": {"S": f"{WORKER_KEY_PREFIX}{worker_id}{CHECKPOINT_KEY_SUFFIX}"}}
 
 
 def purge_at(now_ms: int) -> int:

@@ -40,8 +40,8 @@ from urllib.parse import urlsplit
 from botocore.exceptions import ClientError
 
 from leaseworker.lease.attribute_values import failed_item, purge_at
-from leaseworker.lease.model import BUDGET_KEY_PREFIX
 from leaseworker.lease.store import CONDITION_FAILED, call_with_deadline
+from leaseworker.lease.vocabulary import BUDGET_KEY_PREFIX, TTL_ATTRIBUTE
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb import DynamoDBClient
@@ -158,7 +158,7 @@ class BudgetStore:
                 "backoff_reason": {"S": seen.backoff_reason or "-"},
                 "urgent_until_ms": {"N": str(urgent_until)},
                 "updated_at_ms": {"N": str(now)},
-                "purge_at": {"N": str(purge_at(now))},
+                TTL_ATTRIBUTE: {"N": str(purge_at(now))},
             }
             condition = "attribute_not_exists(connection_id)" if seen.version == 0 else "version = :v"
             extra: dict[str, Any] = (

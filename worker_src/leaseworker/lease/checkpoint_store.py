@@ -24,6 +24,7 @@ from botocore.exceptions import ClientError
 
 from leaseworker.lease.attribute_values import checkpoint_key, failed_item, purge_at
 from leaseworker.lease.store import call_with_deadline, now_ms
+from leaseworker.lease.vocabulary import MAX_ENTRIES_PER_ITEM
 from leaseworker.settings import SettingsError
 
 if TYPE_CHECKING:
@@ -31,15 +32,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-ITEM_LIMIT_BYTES = 400 * 1024
-RESERVED_BYTES = 4 * 1024  # the key, purge_at, updated_at_ms, the fence and writer attributes
-# A checkpoint cursor (JSON text, docs/design.md §5) rides in the entry beside its seq. Its size is
-# capped so that MAX_CONNECTIONS entries still fit one item: a resumable feed whose cursor grows
-# past it is marked failed with that reason; a non-resumable feed's cursor (informational: the
-# bounds of the next takeover's gap marker) is then left out of the checkpoint.
-MAX_CURSOR_BYTES = 200
-WORST_ENTRY_BYTES = 160 + MAX_CURSOR_BYTES + 3  # 128-byte id, list overhead, two numbers; the cursor
-MAX_ENTRIES_PER_ITEM = (ITEM_LIMIT_BYTES - RESERVED_BYTES) // WORST_ENTRY_BYTES  # 1117
+# A checkpoint cursor past MAX_CURSOR_BYTES: a resumable feed is marked failed with that reason; a
+# non-resumable feed's cursor (informational: the bounds of the next takeover's gap marker) is
+# then left out of the checkpoint. The limits live in lease/vocabulary.py.
 
 COND_CHECKPOINT_WRITE = (
     "attribute_not_exists(fenced_by) AND "

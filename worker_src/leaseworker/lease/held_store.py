@@ -42,13 +42,12 @@ from leaseworker.lease.store import (
     cursor_value,
     now_ms,
 )
+from leaseworker.lease.vocabulary import INDEX_BY_OWNER, SESSION_HELD
 from leaseworker.settings import Settings
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb import DynamoDBClient
 
-GSI_BY_OWNER = "by-owner"
-SESSION_HELD = 2**53 - 1  # the largest integer every JSON/float consumer reads exactly
 
 COND_FROM_DEAD = "lease_owner = :dead AND lease_epoch = :epoch AND desired_state = :started"
 COND_FROM_DEAD_SESSION = f"{COND_FROM_DEAD} AND lease_expires_at_ms = :held"
@@ -161,7 +160,7 @@ class SessionHeldStore:
         while True:
             kwargs: dict[str, Any] = {
                 "TableName": self._table,
-                "IndexName": GSI_BY_OWNER,
+                "IndexName": INDEX_BY_OWNER,
                 "KeyConditionExpression": "lease_owner = :owner",
                 "ExpressionAttributeValues": {":owner": {"S": worker}},
             }

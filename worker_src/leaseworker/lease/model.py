@@ -24,15 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from leaseworker.lease.vocabulary import WORKER_KEY_PREFIX
 from leaseworker.settings import ID_PATTERN, Settings
 
 STARTED = "STARTED"
 STOPPED = "STOPPED"
 DESIRED_STATES = (STARTED, STOPPED)
-WORKER_KEY_PREFIX = "worker#"
-BUDGET_KEY_PREFIX = "budget#"  # the fleet's connect budget per upstream host (lease/budget_store.py)
-RESERVED_KEY_PREFIXES = (WORKER_KEY_PREFIX, BUDGET_KEY_PREFIX)  # never a connection's item
-WORKER_STATE = "WORKER"  # presence items' desired_state: their own partition of the GSI
 NO_CHECKPOINT = -1
 DEFAULT_PROTOCOL = "seqfeed/1"
 

@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from leaseworker.lease.model import STARTED, STOPPED
-
-SESSION_HELD_EXPIRY_MS = 2**53 - 1  # "held by a session" (docs/design.md §2b)
+from leaseworker.lease.vocabulary import SESSION_HELD
 
 # Condition expressions, named once (STYLE.md §11). A tombstone carries `removed_at_ms`.
 COND_LIVE = "attribute_exists(connection_id) AND attribute_not_exists(removed_at_ms)"
@@ -101,7 +100,7 @@ def removal_state(item: dict[str, Any], watch: ExpiryWatch, now: float) -> Remov
     if not owner:
         return Removable.FREE
     expires = int(item.get("lease_expires_at_ms", 0) or 0)
-    if expires >= SESSION_HELD_EXPIRY_MS:
+    if expires >= SESSION_HELD:
         return Removable.FENCED_SESSION
     unrenewed = watch.unrenewed_for(str(owner), int(epoch), expires, now)
     if unrenewed >= watch.lease_seconds:

@@ -20,11 +20,12 @@ from typing import Any
 from leaseworker.lease.attribute_values import PURGE_AFTER_SECONDS
 from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.errors import AcquireUncertain, StoreError
-from leaseworker.lease.held_store import SESSION_HELD, OwnedConnection, SessionHeldStore
+from leaseworker.lease.held_store import OwnedConnection, SessionHeldStore
 from leaseworker.lease.liveness import SessionValidity
 from leaseworker.lease.model import NO_CHECKPOINT, STARTED, STOPPED, ConnectionItem, Lease, MalformedItem
 from leaseworker.lease.ownership import Progress, RoundResult
-from leaseworker.lease.store import GSI_BY_STATE_EXPIRY, Acquired, AcquireResult, LeaseStore, Lost, Renewed
+from leaseworker.lease.store import Acquired, AcquireResult, LeaseStore, Lost, Renewed
+from leaseworker.lease.vocabulary import INDEX_BY_STATE_EXPIRY, SESSION_HELD
 from leaseworker.settings import LeaseMode, Settings
 
 # A quarter of the checkpoint item's TTL: three chances to refresh it before it could expire.
@@ -158,7 +159,7 @@ class SessionLeases:
         while True:
             kwargs: dict[str, Any] = {
                 "TableName": self._settings.table_name,
-                "IndexName": GSI_BY_STATE_EXPIRY,
+                "IndexName": INDEX_BY_STATE_EXPIRY,
                 "KeyConditionExpression": "desired_state = :stopped AND lease_expires_at_ms = :held",
                 "ExpressionAttributeValues": {
                     ":stopped": {"S": STOPPED},

@@ -57,8 +57,8 @@ from leaseworker.lease.batch_get import batch_get_items
 from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.liveness import CONFIRMED, SUSPECTED, SessionInfo
-from leaseworker.lease.model import WORKER_KEY_PREFIX, WORKER_STATE
-from leaseworker.lease.store import CONDITION_FAILED, GSI_BY_STATE_EXPIRY, call_with_deadline, now_ms
+from leaseworker.lease.store import CONDITION_FAILED, call_with_deadline, now_ms
+from leaseworker.lease.vocabulary import INDEX_BY_STATE_EXPIRY, WORKER_KEY_PREFIX, WORKER_STATE
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb import DynamoDBClient
@@ -234,7 +234,7 @@ class SessionStore:
         while True:
             kwargs: dict[str, Any] = {
                 "TableName": self._table,
-                "IndexName": GSI_BY_STATE_EXPIRY,
+                "IndexName": INDEX_BY_STATE_EXPIRY,
                 "KeyConditionExpression": "desired_state = :worker",
                 "ExpressionAttributeValues": {":worker": {"S": WORKER_STATE}},
                 "ProjectionExpression": "connection_id",

@@ -33,12 +33,11 @@ from leaseworker.lease.model import (
     MalformedItem,
     local_deadline,
 )
+from leaseworker.lease.vocabulary import INDEX_BY_STATE_EXPIRY
 from leaseworker.settings import Settings
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb import DynamoDBClient
-
-GSI_BY_STATE_EXPIRY = "by-state-expiry"
 
 
 # Condition expressions, named once (STYLE.md §11).
@@ -339,7 +338,7 @@ class LeaseStore:
         while len(found) < limit:
             kwargs: dict[str, Any] = {
                 "TableName": self._table,
-                "IndexName": GSI_BY_STATE_EXPIRY,
+                "IndexName": INDEX_BY_STATE_EXPIRY,
                 "KeyConditionExpression": "desired_state = :started AND lease_expires_at_ms < :threshold",
                 "ExpressionAttributeValues": {
                     ":started": {"S": STARTED},
@@ -386,7 +385,7 @@ class LeaseStore:
         while True:
             kwargs: dict[str, Any] = {
                 "TableName": self._table,
-                "IndexName": GSI_BY_STATE_EXPIRY,
+                "IndexName": INDEX_BY_STATE_EXPIRY,
                 "KeyConditionExpression": "desired_state = :s AND lease_expires_at_ms < :t",
                 "ExpressionAttributeValues": {":s": {"S": STARTED}, ":t": {"N": str(threshold)}},
                 "Select": "COUNT",

@@ -23,6 +23,7 @@ from typing import Any
 import aioboto3
 
 from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.lease.vocabulary import WORKER_KEY_PREFIX
 from leaseworker.local.admin_loop import AdminLoop
 from leaseworker.local.invariants import Delivered, read_events, read_sink_arrivals, resubscribed_after
 from leaseworker.local.replays import DEMO_FEEDS, GENERIC, DemoFeed, compact, demo_config, start_replay
@@ -375,7 +376,7 @@ class Fleet:
         """A worker's session item (`worker#<name>`) as plain values, or None."""
 
         async def read(admin: LeaseTableAdmin) -> dict[str, Any] | None:
-            return await admin.raw_item(f"worker#{name}")
+            return await admin.raw_item(f"{WORKER_KEY_PREFIX}{name}")
 
         result: dict[str, Any] | None = self._admin(read)
         return result

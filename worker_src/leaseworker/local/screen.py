@@ -22,7 +22,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from leaseworker.lease.held_store import SESSION_HELD
+from leaseworker.lease.vocabulary import SESSION_HELD
 from leaseworker.local.events import checkpoint_of, fault_bound_s, fault_name
 from leaseworker.local.replays import protocol_label
 

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from leaseworker.lease.model import WORKER_KEY_PREFIX
+from leaseworker.lease.vocabulary import CHECKPOINT_KEY_SUFFIX, INDEX_BY_OWNER, WORKER_KEY_PREFIX
 from leaseworker.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -36,8 +36,6 @@ FENCE_CONFIRMED_UPDATE = "SET fenced_by = :by, fence_kind = :kind, fence_reason 
 # Not fenced yet (an observer's fence stands), and the item exists (never create one).
 COND_CONFIRM_FENCE = "attribute_not_exists(fenced_by) AND attribute_exists(connection_id)"
 OWNED_BY_KEY = "lease_owner = :owner"
-GSI_BY_OWNER = "by-owner"  # docs/design.md §2b: PK lease_owner, KEYS_ONLY, sparse
-CHECKPOINT_KEY_SUFFIX = "#ckpt"
 HINT_MESSAGE_TYPE = "connection_changed"  # the same wire form as leaseworker.notify
 HINT_BATCH_SIZE = 10  # the SendMessageBatch maximum
 HINT_SENDERS = 8  # batches in flight at once: 1000 connections are 100 batches
@@ -216,7 +214,7 @@ def owned_connections(dynamodb: DynamoDBCalls, table: str, owner: str) -> list[s
     while True:
         request: dict[str, Any] = {
             "TableName": table,
-            "IndexName": GSI_BY_OWNER,
+            "IndexName": INDEX_BY_OWNER,
             "KeyConditionExpression": OWNED_BY_KEY,
             "ExpressionAttributeValues": {":owner": {"S": owner}},
         }

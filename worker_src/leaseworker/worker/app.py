@@ -23,11 +23,12 @@ from leaseworker.lease.absent_owners import AbsentOwnerStore
 from leaseworker.lease.balance import FleetView
 from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.errors import StoreError
-from leaseworker.lease.held_store import SESSION_HELD, SessionHeldStore
+from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.liveness import CONFIRMED, SessionValidity
 from leaseworker.lease.ownership import Ownership
 from leaseworker.lease.session_store import Fenced, SessionStore
 from leaseworker.lease.store import Acquired, LeaseStore, now_ms
+from leaseworker.lease.vocabulary import SESSION_HELD
 from leaseworker.notify import Notifier
 from leaseworker.observability.logging import get_logger, log_context
 from leaseworker.observability.metrics import MetricName, run_metrics_loop

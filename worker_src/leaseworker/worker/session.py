@@ -33,8 +33,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from leaseworker.lease.checkpoint_store import MAX_CURSOR_BYTES
 from leaseworker.lease.model import DEADLINE_PASSED, NO_CHECKPOINT, Lease, LeaseState
+from leaseworker.lease.vocabulary import MAX_CURSOR_BYTES
 from leaseworker.no_linger import send_deadline
 from leaseworker.observability.logging import get_logger, log_context
 from leaseworker.observability.metrics import MetricName, WorkerMetrics

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, Final
 from botocore.exceptions import NoCredentialsError, PartialCredentialsError
 
 from leaseworker.lease.errors import StoreError, StoreRejected, TableMissing
-from leaseworker.lease.held_store import GSI_BY_OWNER
-from leaseworker.lease.model import STARTED, WORKER_KEY_PREFIX
-from leaseworker.lease.store import GSI_BY_STATE_EXPIRY, call_with_deadline
+from leaseworker.lease.model import STARTED
+from leaseworker.lease.store import call_with_deadline
+from leaseworker.lease.vocabulary import INDEX_BY_OWNER, INDEX_BY_STATE_EXPIRY, WORKER_KEY_PREFIX
 from leaseworker.settings import Settings
 from leaseworker.supervisor.process import EXIT_NOT_STARTED
 
@@ -100,20 +100,20 @@ def _calls(ddb: DynamoDBClient, settings: Settings) -> list[tuple[str, Any]]:
             lambda: ddb.get_item(TableName=table, Key={"connection_id": me}, ProjectionExpression="hb"),
         ),
         (
-            f"a Query of index {GSI_BY_STATE_EXPIRY!r}",
+            f"a Query of index {INDEX_BY_STATE_EXPIRY!r}",
             lambda: ddb.query(
                 TableName=table,
-                IndexName=GSI_BY_STATE_EXPIRY,
+                IndexName=INDEX_BY_STATE_EXPIRY,
                 KeyConditionExpression="desired_state = :s",
                 ExpressionAttributeValues={":s": {"S": STARTED}},
                 Limit=1,
             ),
         ),
         (
-            f"a Query of index {GSI_BY_OWNER!r}",
+            f"a Query of index {INDEX_BY_OWNER!r}",
             lambda: ddb.query(
                 TableName=table,
-                IndexName=GSI_BY_OWNER,
+                IndexName=INDEX_BY_OWNER,
                 KeyConditionExpression="lease_owner = :me",
                 ExpressionAttributeValues={":me": {"S": settings.worker_id}},
                 Limit=1,
