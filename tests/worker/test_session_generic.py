@@ -28,7 +28,9 @@ from leaseworker.protocol.presets import expand
 from leaseworker.records import SinkRecord
 from leaseworker.settings import Settings
 from leaseworker.worker import failures as failures_module
+from leaseworker.worker import socket_run
 from leaseworker.worker.references import NoReferences, References
+from leaseworker.worker.rotation import open_successor
 from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, SessionResult
 from tests.worker.test_session import RecordingSink
 
@@ -194,6 +196,33 @@ async def test_rotation_subscribes_the_successor_before_closing_the_old_socket()
     assert delivered == sorted(set(delivered)), "no record twice across a rotation"
     assert {e.cursor for e in ledger.data() if e.cursor <= delivered[-1]} <= set(delivered)
     assert all(r.kind == "data" for r in records)
+
+
+async def test_a_stop_asked_for_while_the_successor_opens_closes_both_sockets_and_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stop arrives after the successor opened but before the switch: the closer has already
+    closed the old socket, so the successor must be closed too, or the session never ends."""
+    runs: list[Run] = []
+
+    async def stop_as_it_opens(session: ConnectionSession, new_adapter: Any) -> Any:
+        successor = await open_successor(session, new_adapter)
+        runs[0].session.request_release("stopped while the successor opened")
+        await asyncio.sleep(0.05)  # the closer runs now, before the switch
+        return successor
+
+    monkeypatch.setattr(socket_run, "open_successor", stop_as_it_opens)
+    async with ReplayServer(feed="jetstream", rate=RATE) as server:
+        config = expand("jetstream", {"url": server.url})
+        config["lifetime"] = {"max_age_s": 0.5}
+        runs.append(Run(config))
+        result = await asyncio.wait_for(runs[0].task, 10)
+        await asyncio.sleep(0.2)
+        ledger = server.ledger
+    assert result.outcome is Outcome.RELEASE, result
+    opened = {e.conn for e in ledger.of_kind("open")}
+    closed = {e.conn for e in ledger.of_kind("close")}
+    assert len(opened) == 2 and opened <= closed, f"every socket closed: opened {opened}, closed {closed}"
 
 
 ALPACA = {"key": "{{env:ALPACA_KEY}}", "secret": "{{secret:alpaca#secret}}", "symbols": "AAPL"}

@@ -350,7 +350,13 @@ class SocketRun:
         s.untrack_socket(old.transport)
         s.track_socket(new.transport)
         self._ws = s.current_ws = new
+        # A stop asked for before this switch closed the old socket only (the closer closes
+        # whichever socket is current when it wakes): the successor is closed here, or the
+        # stream would go on reading it and the session would never end.
+        stopped = s.stop_requested.is_set()
         await close_socket(old)
+        if stopped:
+            raise Stop(s.ending())
         self._overlap = dict(self._last_cursor)  # what the old socket delivered, per key
         logger.info("rotated the socket", extra={"url": self._display_url})
         return await self._perform(new, adapter, pending)
