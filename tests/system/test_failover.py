@@ -18,28 +18,15 @@ import pytest
 
 from leaseworker.local.fleet import FAST, Fleet, poll_until
 from leaseworker.local.invariants import Delivered, by_connection, check_arrivals
-from leaseworker.worker.acquirer import RECONCILE_JITTER
 from leaseworker.worker.fenced import EXIT_FENCED
-from leaseworker.worker.peers import TAKEOVER_STEP_SECONDS
+from leaseworker.worker.takeover_bound import takeover_bound_s
 
 N_CONNECTIONS = 30
 # Per connection. moto's Kinesis (the arbiter) takes a few hundred records a second here.
 FEED_RATE = 5.0
 CONNECT_ALLOWANCE_S = 1.5  # connect + subscribe + scheduling on a loaded 2-core machine
-# docs/design.md §2c L1. Connection mode: the lease expires, then one reconcile finds it. Session
-# mode: the counter stands still for one lease on an observer's clock, first seen up to one
-# listing (a heartbeat) after it was written; then the fence, and the rendezvous claim order
-# (up to two steps for 3 workers).
-L1_BOUND_S = {
-    "connection": FAST.lease_seconds
-    + FAST.max_clock_skew_ms / 1000
-    + FAST.reconcile_seconds * (1 + RECONCILE_JITTER)  # the longest (jittered) reconcile period
-    + CONNECT_ALLOWANCE_S,
-    "session": FAST.lease_seconds
-    + 2 * FAST.heartbeat_seconds
-    + 2 * TAKEOVER_STEP_SECONDS
-    + CONNECT_ALLOWANCE_S,
-}
+# docs/design.md §2c L1, from the worker's own rules and constants (worker/takeover_bound.py).
+L1_BOUND_S = {mode: takeover_bound_s(mode, FAST, CONNECT_ALLOWANCE_S) for mode in ("connection", "session")}
 L2_BOUND_S = 1.5  # "about one second"
 
 

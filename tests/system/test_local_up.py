@@ -56,10 +56,10 @@ def test_failover_scenario_json(tmp_path: Path, marker: str) -> None:
         assert result["ok"], result
     # Session mode is the default: lease + two heartbeats + two rendezvous steps + connect.
     from leaseworker.local.fleet import FAST
-    from leaseworker.worker.peers import TAKEOVER_STEP_SECONDS
+    from leaseworker.worker.takeover_bound import takeover_bound_s
 
     assert summary["settings"]["lease_seconds"] == FAST.lease_seconds
-    bound = FAST.lease_seconds + 2 * FAST.heartbeat_seconds + 2 * TAKEOVER_STEP_SECONDS + 1.5
+    bound = takeover_bound_s("session", FAST, 1.5)
     assert by_name["kill"]["bound_s"] == bound
     assert by_name["kill"]["max_s"] <= bound
     # The child's death is seen by its supervisor: fence, hints, claim, connect (docs/design.md §2e).

@@ -4,12 +4,14 @@ injected errors are real DynamoDB errors to botocore."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aioboto3
@@ -17,7 +19,7 @@ import pytest
 from aiobotocore.config import AioConfig
 from botocore.exceptions import ClientError
 
-from leaseworker import unsafe
+from leaseworker.chaos import unsafe, unsafe_worker
 from leaseworker.chaos.observe import TableReading, rss_kib, tree_rss_kib
 from leaseworker.chaos.runner import JOIN_SETTLE_S, join_windows
 from leaseworker.chaos.schedule import ALL_KINDS, make_schedule
@@ -97,6 +99,56 @@ def test_unsafe_switches_move_both_deadlines_and_the_checkpoint_condition(
     assert store.COND_CHECKPOINT == unsafe.COND_CHECKPOINT_UNFENCED
     assert all(name in store.COND_CHECKPOINT for name in (":me", ":epoch", ":seq"))  # all values used
     assert "UNSAFE TEST-ONLY SWITCH ACTIVE" in caplog.text
+
+
+PACKAGE = Path(unsafe.__file__).parents[1]  # worker_src/leaseworker
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_only_the_chaos_package_reaches_the_unsafe_switches() -> None:
+    """The product (`leaseworker run`, the image's command) never imports the switches: only the
+    chaos package does, through its own worker entry point."""
+    reaching = {
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if path.parent.name != "chaos" and any(name.endswith("unsafe") for name in _imports(path))
+    }
+    assert not reaching, f"outside chaos/, these import the unsafe switches: {sorted(reaching)}"
+    assert "leaseworker.chaos.unsafe" in _imports(PACKAGE / "chaos" / "unsafe_worker.py")
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "phrase"),
+    [
+        (["--child"], {unsafe.DISABLE_VAR: unsafe.SELF_FENCING}, unsafe.CONFIRM_VAR),
+        (["--child"], {unsafe.DISABLE_VAR: "everything", unsafe.CONFIRM_VAR: "yes"}, "unknown switch"),
+        (["extra"], {}, "usage:"),
+    ],
+)
+def test_the_unsafe_entry_point_refuses_in_one_line(
+    argv: list[str], env: dict[str, str], phrase: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", unsafe_worker.MODULE, *argv],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done
+    assert phrase in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "Traceback" not in done.stderr
 
 
 RESUME_SEQ = "resume_seq"  # imported into worker.peers, where the takeover-resume switch patches it

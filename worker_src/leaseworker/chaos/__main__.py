@@ -15,7 +15,7 @@ from pathlib import Path
 
 from leaseworker.chaos.runner import DEFAULT_FEED_RATE, RunConfig, run
 from leaseworker.chaos.schedule import ALL_KINDS, MODES, SOAK_KINDS, SOAK_QUIET_S, make_schedule
-from leaseworker.unsafe import SWITCHES
+from leaseworker.chaos.unsafe import SWITCHES
 
 MAX_DURATION_S = 1800.0
 

@@ -22,19 +22,21 @@ from typing import Any, Final
 
 import aioboto3
 
+from leaseworker.chaos import unsafe_worker
 from leaseworker.chaos.arbiter import start_arbiter
 from leaseworker.chaos.nemeses import Measure, build
 from leaseworker.chaos.observe import MemorySampler, TableSampler, slope_kib_per_min
-from leaseworker.chaos.schedule import Schedule, takeover_bound_s
+from leaseworker.chaos.schedule import Schedule
 from leaseworker.chaos.table_history import checkpoint_regressions, enable, read_all
 from leaseworker.chaos.throttle_proxy import FaultProxyThread
+from leaseworker.chaos.unsafe import CONFIRM_VALUE, CONFIRM_VAR, DISABLE_VAR
 from leaseworker.chaos.verdict import Evidence, Verdict, judge
 from leaseworker.local.events import FENCE_PATH_S
 from leaseworker.local.fleet import FAST, Fleet, Timings, poll_until
 from leaseworker.local.invariants import read_events
 from leaseworker.local.services import LOCAL_CREDENTIALS
 from leaseworker.local.stream import read_arrivals_sync
-from leaseworker.unsafe import CONFIRM_VALUE, CONFIRM_VAR, DISABLE_VAR
+from leaseworker.worker.takeover_bound import takeover_bound_s
 
 STREAM: Final = "leaseworker-chaos"
 BASE_WORKERS: Final = 3
@@ -43,7 +45,6 @@ BASE_WORKERS: Final = 3
 # that measured the machine instead of the protocol).
 MAX_WORKERS: Final = 6
 CONNECT_ALLOWANCE_S: Final = 1.5  # as tests/system/test_failover.py: connect + subscribe under load
-TAKEOVER_STEP_S: Final = 0.5  # leaseworker.worker.peers.TAKEOVER_STEP_SECONDS
 DEFAULT_FEED_RATE: Final = 4.0  # messages per second per connection
 L2_BOUND_S: Final = 1.5  # "about one second" (docs/design.md §2c)
 RESTORE_AFTER_S: Final = 1.0  # after a nemesis stops, before replacing lost workers
@@ -142,9 +143,11 @@ class ChaosRun:
         if proxied:
             env["AWS_ENDPOINT_URL_DYNAMODB"] = self.proxy.url
             self._proxied = name
-        if self.config.unsafe:
+        entry: tuple[str, ...] = ("leaseworker", "run")
+        if self.config.unsafe:  # a negative control: only its own entry point applies it
             env.update({DISABLE_VAR: self.config.unsafe, CONFIRM_VAR: CONFIRM_VALUE})
-        self.fleet.start_worker(name, extra_env=env)
+            entry = (unsafe_worker.MODULE,)
+        self.fleet.start_worker(name, extra_env=env, entry=entry)
         self.joins_ms.append(_now_ms())
         self.say(f"started {name}{' (behind the DynamoDB proxy)' if proxied else ''}")
         return name
@@ -281,7 +284,7 @@ def _execute(chaos: ChaosRun) -> Verdict:
         windows=windows + join_windows(chaos.joins_ms),
         bad_connections=set(chaos.bad),
         nemeses=counts,
-        l1_bound_s=takeover_bound_s(mode, config.timings, TAKEOVER_STEP_S, CONNECT_ALLOWANCE_S),
+        l1_bound_s=takeover_bound_s(mode, config.timings, CONNECT_ALLOWANCE_S),
         l2_bound_s=L2_BOUND_S,
         l1_fence_bound_s=FENCE_PATH_S + CONNECT_ALLOWANCE_S,
         written_back=checkpoint_regressions(writes),

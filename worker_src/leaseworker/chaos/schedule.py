@@ -125,20 +125,6 @@ def make_schedule(
     return Schedule(seed, mode, duration, tuple(nemeses))
 
 
-def takeover_bound_s(
-    mode: str, timings: Timings, step_s: float, connect_s: float, paced_s: float = 0.0
-) -> float:
-    """docs/design.md §2c L1 for `mode` (the same bound tests/system/test_failover.py asserts),
-    plus `paced_s`, the connect budget's term when the connections draw on one (docs/tuning.md,
-    lease/budget_store.paced_term_s; the chaos fleet's seqfeed/1 connections have none: 0)."""
-    if mode == "connection":
-        from leaseworker.worker.acquirer import RECONCILE_JITTER  # the longest reconcile period
-
-        reconcile = timings.reconcile_seconds * (1 + RECONCILE_JITTER)
-        return timings.lease_seconds + timings.max_clock_skew_ms / 1000 + reconcile + connect_s + paced_s
-    return timings.lease_seconds + 2 * timings.heartbeat_seconds + 2 * step_s + connect_s + paced_s
-
-
 def _draw(rng: random.Random, kind: str, at: float, mode: str, timings: Timings) -> Nemesis:
     lease = timings.lease_seconds
     target = rng.randrange(1000)

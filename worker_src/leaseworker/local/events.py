@@ -50,17 +50,11 @@ CLOSE_DEADLINE_S = 2.0
 
 
 def takeover_bound_s(fleet: Fleet, connect_allowance_s: float = 1.5) -> float:
-    """docs/design.md §2c L1 for this fleet's lease mode (session is the default): connection mode is
-    lease + skew + the longest reconcile period + connect; session mode is lease + up to two
-    heartbeats (observation granularity) + two rendezvous steps + connect."""
-    from leaseworker.worker.acquirer import RECONCILE_JITTER
-    from leaseworker.worker.peers import TAKEOVER_STEP_SECONDS
+    """docs/design.md §2c L1 for this fleet's lease mode (session is the default), from
+    worker/takeover_bound.py."""
+    from leaseworker.worker.takeover_bound import takeover_bound_s as bound_s
 
-    t = fleet.timings
-    if fleet.lease_mode == "connection":
-        reconcile = t.reconcile_seconds * (1 + RECONCILE_JITTER)
-        return t.lease_seconds + t.max_clock_skew_ms / 1000 + reconcile + connect_allowance_s
-    return t.lease_seconds + 2 * t.heartbeat_seconds + 2 * TAKEOVER_STEP_SECONDS + connect_allowance_s
+    return bound_s(fleet.lease_mode or "session", fleet.timings, connect_allowance_s)
 
 
 HANDOFF_BOUND_S = 1.5  # L2: "about one second"

@@ -36,20 +36,24 @@ from leaseworker.local.services import (
     start_moto_server,
 )
 from leaseworker.local.stream import read_arrivals_sync
+from leaseworker.settings import DEFAULT_TABLE, Settings
 
-TABLE = "leaseworker-connections"
+TABLE = DEFAULT_TABLE  # the worker's default table name
+
+_WORKER = Settings(worker_id="defaults")  # the worker's own defaults
 
 
 @dataclass(frozen=True)
 class Timings:
-    """Lease timings for the fleet's workers (environment values, docs/design.md §7)."""
+    """Lease timings for the fleet's workers (environment values, docs/design.md §7). The
+    defaults are the worker's own (Settings), but for a shorter shutdown grace on a laptop."""
 
-    lease_seconds: float = 20.0
-    heartbeat_seconds: float = 5.0
-    reconcile_seconds: float = 5.0
-    checkpoint_seconds: float = 5.0
-    max_clock_skew_ms: int = 1000
-    metrics_seconds: float = 30.0
+    lease_seconds: float = _WORKER.lease_seconds
+    heartbeat_seconds: float = _WORKER.heartbeat_seconds
+    reconcile_seconds: float = _WORKER.reconcile_seconds
+    checkpoint_seconds: float = _WORKER.checkpoint_seconds
+    max_clock_skew_ms: int = _WORKER.max_clock_skew_ms
+    metrics_seconds: float = _WORKER.metrics_seconds
     shutdown_grace_seconds: float = 10.0
 
     def env(self) -> dict[str, str]:
@@ -329,15 +333,21 @@ class Fleet:
     # ------------------------------------------------------------------ workers
 
     def start_worker(
-        self, name: str | None = None, *, extra_env: dict[str, str] | None = None
+        self,
+        name: str | None = None,
+        *,
+        extra_env: dict[str, str] | None = None,
+        entry: tuple[str, ...] = ("leaseworker", "run"),
     ) -> WorkerProcess:
+        """Start a worker as `python -m <entry>`: `leaseworker run` unless the chaos runner starts
+        its negative-control entry point (chaos/unsafe_worker.py)."""
         self._counter += 1
         name = name or f"w{self._counter}"
         env = self.env()
         env["WORKER_ID"] = name
         env["LEASEWORKER_HEALTH_FILE"] = str(self.root / "health" / f"{name}.json")
         env.update(extra_env or {})
-        argv = [sys.executable, "-m", "leaseworker", "run"]
+        argv = [sys.executable, "-m", *entry]
         # If this process dies without stopping the fleet, its table and feed die with it: the
         # worker goes at once too (its child dies with its supervisor), no handoff to wait for.
         process = spawn(

@@ -30,7 +30,6 @@ from leaseworker.secrets import ReferenceResolver, secrets_client
 from leaseworker.settings import Settings
 from leaseworker.sinks.base import Sink
 from leaseworker.sinks.factory import open_sink
-from leaseworker.unsafe import apply_from_environment as apply_unsafe_test_switches
 from leaseworker.worker.app import Coordination, Worker
 from leaseworker.worker.budget import ConnectBudgets
 from leaseworker.worker.ecs import ecs_task_arn
@@ -166,7 +165,6 @@ async def run_worker(settings: Settings) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)  # the handler only sets an Event
     configure_logging(os.environ.get("LOG_LEVEL", "INFO"))
-    apply_unsafe_test_switches(os.environ)  # negative controls only (leaseworker/unsafe.py)
     try:
         async with asyncio.timeout(None) as deadline:
             async with AsyncExitStack() as stack:

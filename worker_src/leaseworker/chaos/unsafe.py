@@ -24,9 +24,12 @@ of these switched on and must then FAIL with the violation named. They exist onl
   dropped while the item still names the worker (review finding C2). The chaos suite expects S3
   to fail with an entry dropped while held.
 
-Both are read once at start from the environment, never from settings, cdk.json or the CDK
-context: LEASEWORKER_UNSAFE_TEST_ONLY_DISABLE=<comma list> is refused (the worker does not start)
-unless LEASEWORKER_UNSAFE_I_KNOW=yes is also set, and an active switch is logged at ERROR.
+They are reachable from one entry point only, the chaos runner's worker
+(`python -m leaseworker.chaos.unsafe_worker`, chaos/unsafe_worker.py); `leaseworker run` never
+reads them. That entry point reads them once at start from the environment, never from settings,
+cdk.json or the CDK context: LEASEWORKER_UNSAFE_TEST_ONLY_DISABLE=<comma list> is refused (the
+worker does not start) unless LEASEWORKER_UNSAFE_I_KNOW=yes is also set, and an active switch is
+logged at ERROR.
 The switches patch two named places (Settings.fence_margin_seconds, store.COND_CHECKPOINT) and
 fail loudly if those ever move, so no production module carries a test branch.
 """
