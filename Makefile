@@ -34,13 +34,14 @@ $(BIN)/.cdk-installed: requirements.txt | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	@touch $@
 
-# The local fleet only: the worker package (editable, as in the tests) with moto for SQS.
-$(BIN)/.demo-installed: worker_src/requirements.txt worker_src/pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -r worker_src/requirements.txt -e "worker_src[local]"
+# The local fleet only: the worker package and the development package (editable, as in the
+# tests), which brings moto for SQS.
+$(BIN)/.demo-installed: worker_src/requirements.txt worker_src/pyproject.toml dev_src/pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -r worker_src/requirements.txt -e worker_src -e dev_src
 	@touch $@
 
 # Everything (a superset of both layers above).
-$(BIN)/.installed: requirements.txt requirements-dev.txt worker_src/requirements.txt worker_src/pyproject.toml | $(BIN)/python
+$(BIN)/.installed: requirements.txt requirements-dev.txt worker_src/requirements.txt worker_src/pyproject.toml dev_src/pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	@touch $@ $(BIN)/.cdk-installed $(BIN)/.demo-installed
 
@@ -135,10 +136,10 @@ MODE ?= session
 SOAK_DURATION ?= 1800
 chaos: deps
 	@test $(DURATION) -le 600 || { echo "DURATION must be <= 600 s (make soak runs longer)"; exit 2; }
-	flock /tmp/lw-system.lock $(BIN)/python -m leaseworker.chaos --seed $(SEED) --duration $(DURATION) --mode $(MODE)
+	flock /tmp/lw-system.lock $(BIN)/python -m leaseworker_dev.chaos --seed $(SEED) --duration $(DURATION) --mode $(MODE)
 
 soak: deps
-	flock /tmp/lw-system.lock $(BIN)/python -m leaseworker.chaos --soak --seed $(SEED) --duration $(SOAK_DURATION) --mode $(MODE)
+	flock /tmp/lw-system.lock $(BIN)/python -m leaseworker_dev.chaos --soak --seed $(SEED) --duration $(SOAK_DURATION) --mode $(MODE)
 
 clean:
 	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache

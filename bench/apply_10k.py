@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from leaseworker.local.services import LOCAL_CREDENTIALS, start_dynamodb_local
+from leaseworker_dev.local.services import LOCAL_CREDENTIALS, start_dynamodb_local
 
 LEASEWORKER = Path(sys.executable).with_name("leaseworker")
 TARGET_SECONDS = 60.0

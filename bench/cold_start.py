@@ -36,8 +36,8 @@ from bench import write_ceiling
 from bench.designs import CONNECTION, SESSION
 from bench.probe import FeedLog, add_connections, capacity_cli, cpu_seconds, owners, raise_open_files
 from leaseworker.lease.vocabulary import MAX_ENTRIES_PER_ITEM
-from leaseworker.local.fleet import Fleet, poll_until
 from leaseworker.supervisor.process import child_pids
+from leaseworker_dev.local.fleet import Fleet, poll_until
 
 CEILING_WRITES_PER_S = 600.0  # the timeout's estimate only; each row measures its own ceiling
 CEILING_ITEMS = 4000  # claim-shaped writes per ceiling measurement (about 7 s at 600/s)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leaseworker.lease.vocabulary import CHECKPOINT_KEY_SUFFIX, WORKER_KEY_PREFIX
-from leaseworker.local.proxy import ProxyThread, TcpProxy
+from leaseworker_dev.local.proxy import ProxyThread, TcpProxy
 
 _TARGET = re.compile(rb"x-amz-target:\s*DynamoDB_\d+\.(\w+)", re.IGNORECASE)
 _LENGTH = re.compile(rb"content-length:\s*(\d+)", re.IGNORECASE)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from leaseworker.local.fleet import Timings
+from leaseworker_dev.local.fleet import Timings
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import math
 import statistics
 from typing import Any
 
-from leaseworker.local.fleet import Fleet, poll_until
+from leaseworker_dev.local.fleet import Fleet, poll_until
 
 
 def held_by(fleet: Fleet, worker: str) -> set[str]:

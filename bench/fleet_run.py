@@ -16,9 +16,9 @@ from bench.counting import CapturingProxyThread
 from bench.designs import Design
 from bench.failover import busiest, fault, summary
 from leaseworker.lease.vocabulary import CHECKPOINT_KEY_SUFFIX, WORKER_KEY_PREFIX
-from leaseworker.local.fleet import TABLE, Fleet, poll_until
-from leaseworker.local.invariants import check_all
-from leaseworker.local.services import local_dynamodb
+from leaseworker_dev.local.fleet import TABLE, Fleet, poll_until
+from leaseworker_dev.local.invariants import check_all
+from leaseworker_dev.local.services import local_dynamodb
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,8 @@ from typing import Any
 
 from bench.designs import CONNECTION, SESSION
 from bench.failover import busiest, percentile
-from leaseworker.local.fleet import Fleet, poll_until
-from leaseworker.local.invariants import check_all, read_events
+from leaseworker_dev.local.fleet import Fleet, poll_until
+from leaseworker_dev.local.invariants import check_all, read_events
 
 STEPS = ("shutdown", "closed", "released", "hint_sent", "hint_read", "claim_sent", "acquired", "subscribed")
 _MESSAGES = {

@@ -14,8 +14,8 @@ from typing import Any
 from bench.capacity import CrossCheck
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.vocabulary import WORKER_KEY_PREFIX
-from leaseworker.local.fleet import TABLE
-from leaseworker.local.services import local_dynamodb, start_dynamodb_local
+from leaseworker_dev.local.fleet import TABLE
+from leaseworker_dev.local.services import local_dynamodb, start_dynamodb_local
 
 HELD = str(2**53 - 1)  # the session marker in lease_expires_at_ms (docs/design.md §2b)
 

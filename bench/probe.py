@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from leaseworker.lease.admin import LeaseTableAdmin
-from leaseworker.local.fleet import TABLE
-from leaseworker.local.services import local_dynamodb
 from leaseworker.supervisor.process import child_pids
+from leaseworker_dev.local.fleet import TABLE
+from leaseworker_dev.local.services import local_dynamodb
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")

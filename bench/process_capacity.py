@@ -40,7 +40,7 @@ from bench.probe import (
     rss_bytes,
     worker_child,
 )
-from leaseworker.local.fleet import Fleet, Timings, poll_until
+from leaseworker_dev.local.fleet import Fleet, Timings, poll_until
 
 TIMINGS = Timings(
     lease_seconds=600.0,

@@ -21,7 +21,7 @@ from typing import Any
 
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.vocabulary import SESSION_HELD
-from leaseworker.local.services import local_dynamodb
+from leaseworker_dev.local.services import local_dynamodb
 
 TABLE = "leaseworker-ceiling"
 PROCESSES = 4

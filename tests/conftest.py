@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from leaseworker.local.services import LOCAL_CREDENTIALS, start_dynamodb_local, start_moto_server
+from leaseworker_dev.local.services import LOCAL_CREDENTIALS, start_dynamodb_local, start_moto_server
 
 # Local emulators accept any credentials; make sure nothing reaches for a real account.
 for _key, _value in LOCAL_CREDENTIALS.items():

@@ -34,13 +34,13 @@ from typing import Any
 from bench.simulator.clock import VirtualClock, run_virtual
 from bench.simulator.memory_dynamodb import MemoryDynamoDB
 from bench.simulator.memory_table import Database
-from leaseworker.feed.replays.limits import ConnectLimit, peak_in_window
 from leaseworker.lease import budget_store
 from leaseworker.lease.budget_store import BudgetStore, paced_seconds
 from leaseworker.observability.metrics import WorkerMetrics
 from leaseworker.worker import budget as budget_module
 from leaseworker.worker.backoff import backoff
 from leaseworker.worker.budget import URGENT, ConnectBudgets, Limit
+from leaseworker_dev.feed.replays.limits import ConnectLimit, peak_in_window
 
 TABLE = "leaseworker-sim"
 CONNECTIONS, HOSTS, WORKERS, KILLED = 100_000, 100, 100, 10

@@ -5,8 +5,8 @@ STYLE.md §14: test the installed artifact, not the source tree. A fresh venv ge
 copy of the package (the Dockerfile's COPY; building in place would leave build/ and egg-info in
 the source tree). Nothing from the dev venv is visible to it: no type stubs, no moto, no pytest.
 Then, from that venv: every shipped module imports, the CLI starts, a bad setting is one line,
-`local up` says how to get moto, and a worker holds one connection on DynamoDB Local, writes to
-the file sink and exits 0 on SIGTERM.
+`local` says how to get the development package, which is absent, and a worker holds one
+connection on DynamoDB Local, writes to the file sink and exits 0 on SIGTERM.
 
 Where a Docker engine exists, the Docker step builds the image itself and runs `--help` in it.
 
@@ -178,8 +178,16 @@ def test_the_cli_starts_and_lists_its_commands(image_env: ImageEnv) -> None:
         assert done.returncode == 0, done.stderr
         for command in ("run", "health", "connections", "table", "local"):
             assert f"  {command} " in done.stdout, done.stdout
-    feed = image_env.run(image_env.python, "-m", "leaseworker.feed", "--help")
-    assert feed.returncode == 0, feed.stderr
+
+
+def test_the_development_package_is_absent(image_env: ImageEnv) -> None:
+    """The local fleet, the fault suite (and its negative controls) and the replays are not shipped."""
+    absent = ("leaseworker_dev", "leaseworker_dev.chaos.unsafe", "leaseworker.local", "leaseworker.chaos")
+    for module in absent:
+        done = image_env.run(image_env.python, "-c", f"import {module}")
+        assert done.returncode != 0 and "ModuleNotFoundError" in done.stderr, (module, done.stderr)
+    lines = sum(len(p.read_text().splitlines()) for p in (WORKER_SRC / "leaseworker").rglob("*.py"))
+    print(f"\nimage package: {lines} lines of Python")
 
 
 def test_a_bad_setting_is_one_line(image_env: ImageEnv) -> None:
@@ -187,18 +195,19 @@ def test_a_bad_setting_is_one_line(image_env: ImageEnv) -> None:
     assert line == "error: invalid LEASE_SECONDS='abc': must be a number", line
 
 
-def test_local_up_without_moto_says_how_to_install_it(image_env: ImageEnv) -> None:
-    done = image_env.run(image_env.leaseworker, "local", "up", "--duration", "1")
-    assert done.returncode == 1
-    line = one_line(done)
-    assert "pip install 'leaseworker[local]'" in line, line
+def test_local_without_the_development_package_says_how_to_get_it(image_env: ImageEnv) -> None:
+    for argv in (["local", "up", "--duration", "1"], ["local", "--help"], ["local"]):
+        done = image_env.run(image_env.leaseworker, *argv)
+        assert done.returncode == 1, (argv, done)
+        line = one_line(done)
+        assert "make demo" in line and "pip install -e dev_src" in line, line
 
 
 @pytest.fixture
 def feed(tmp_path: Path) -> Iterator[str]:
     """The local seqfeed/1 upstream, from the dev venv, on a free port."""
     process = subprocess.Popen(
-        [DEV_PYTHON, "-m", "leaseworker.feed", "--port", "0", "--rate", "50"],
+        [DEV_PYTHON, "-m", "leaseworker_dev.feed", "--port", "0", "--rate", "50"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

@@ -30,7 +30,11 @@ PACKAGE = REPO / "worker_src" / "leaseworker"
 REQUIREMENTS = REPO / "worker_src" / "requirements.txt"
 PYPROJECT = REPO / "worker_src" / "pyproject.toml"
 DEV_REQUIREMENTS = REPO / "requirements-dev.txt"
+DEV_PYPROJECT = REPO / "dev_src" / "pyproject.toml"
 FIRST_PARTY = "leaseworker"
+# The development package is never in the image; the product imports it in one place only, guarded
+# by ModuleNotFoundError (`leaseworker local` says how to get it; tests/image/test_image_env.py).
+GUARDED_DEV_IMPORTS = {("leaseworker_dev.cli", "worker_src/leaseworker/cli/main.py")}
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;#]+)")
 
 
@@ -99,7 +103,9 @@ def third_party(imports: list[RuntimeImport]) -> list[RuntimeImport]:
     return [
         imp
         for imp in imports
-        if imp.top not in sys.stdlib_module_names and imp.top not in (FIRST_PARTY, "__future__")
+        if imp.top not in sys.stdlib_module_names
+        and imp.top not in (FIRST_PARTY, "__future__")
+        and (imp.module, imp.where.rsplit(":", 1)[0]) not in GUARDED_DEV_IMPORTS
     ]
 
 
@@ -172,11 +178,11 @@ def test_the_packages_declared_dependencies_are_pinned_at_the_same_versions() ->
     assert {name: pinned.get(name) for name in declared} == declared
 
 
-def test_the_local_extra_pins_moto_as_the_dev_requirements_do() -> None:
-    project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
-    extra = pins(project["optional-dependencies"]["local"])
+def test_the_development_package_pins_moto_as_the_dev_requirements_do() -> None:
+    project = tomllib.loads(DEV_PYPROJECT.read_text(encoding="utf-8"))["project"]
+    declared = pins(project["dependencies"])
     dev = pins(DEV_REQUIREMENTS.read_text(encoding="utf-8").splitlines())
-    assert extra == {"moto": dev["moto"]}
+    assert declared == {"moto": dev["moto"]}
     assert "moto" not in requirement_pins()  # the image never carries it
 
 

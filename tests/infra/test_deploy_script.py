@@ -255,7 +255,7 @@ def test_cdk_targets_need_only_the_cdk_venv_and_node_modules(target: str) -> Non
 
 def test_demo_installs_the_worker_and_dynamodb_local_only() -> None:
     recipes = make_dry_run("demo")
-    assert '-e "worker_src[local]"' in recipes and "npm ci" in recipes and "check-java" in recipes
+    assert "-e worker_src -e dev_src" in recipes and "npm ci" in recipes and "check-java" in recipes
     for not_needed in ("requirements-dev", "install-test-tools", "-r requirements.txt"):
         assert not_needed not in recipes, not_needed
 

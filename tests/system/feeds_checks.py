@@ -1,7 +1,7 @@
 """The checks the real-feed system tests (test_feeds.py) judge a run by, from outside the worker.
 
 They take the sink tailer's arrivals (feeds_fleet.py: every record, in the order the tailer
-proved) and the replays' ledgers (leaseworker.feed.replays: what the upstream SENT, per socket),
+proved) and the replays' ledgers (leaseworker_dev.feed.replays: what the upstream SENT, per socket),
 and return violations (strings), so that a test can show they fail on doctored output (the
 negative controls).
 
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from leaseworker.consumer import ConnectionFilter
-from leaseworker.feed.replays import Entry, alpaca, binance, coinbase, kraken
 from leaseworker.protocol.generic.pointers import MISSING, resolve
+from leaseworker_dev.feed.replays import Entry, alpaca, binance, coinbase, kraken
 
 TAPE_SLACK_MS = 50  # a replay's tape maps its monotonic start to the wall clock once
 

@@ -1,7 +1,7 @@
 """A small fleet for the real-feed system tests (test_feeds.py).
 
 The fleet: a lease table (and an SQS queue for the hints) on the run's shared DynamoDB Local and
-moto, the local replays of real feeds (leaseworker.feed.replays) served from a thread of the test
+moto, the local replays of real feeds (leaseworker_dev.feed.replays) served from a thread of the test
 process so that their ledgers (what each socket was SENT) can be read, `leaseworker run` worker
 processes (supervisor + worker child) with a file sink, and a sink tailer.
 
@@ -37,13 +37,13 @@ from typing import Any
 
 import botocore.session
 
-from leaseworker.feed.replays import Entry, ReplayServer
 from leaseworker.lease.admin import LeaseTableAdmin
-from leaseworker.local.admin_loop import AdminLoop
-from leaseworker.local.fleet import Timings
-from leaseworker.local.services import LOCAL_CREDENTIALS
 from leaseworker.protocol.presets import expand
 from leaseworker.supervisor.process import child_pids
+from leaseworker_dev.feed.replays import Entry, ReplayServer
+from leaseworker_dev.local.admin_loop import AdminLoop
+from leaseworker_dev.local.fleet import Timings
+from leaseworker_dev.local.services import LOCAL_CREDENTIALS
 from tests.system.feeds_checks import Arrival, check_s1, check_seqs
 from tests.system.procscan import MARKER_VAR
 

@@ -14,16 +14,16 @@ from typing import Final
 
 import pytest
 
-from leaseworker.chaos.runner import RunConfig, run
-from leaseworker.chaos.schedule import ALL_KINDS, Schedule, make_schedule
-from leaseworker.chaos.unsafe import (
+from leaseworker_dev.chaos.runner import RunConfig, run
+from leaseworker_dev.chaos.schedule import ALL_KINDS, Schedule, make_schedule
+from leaseworker_dev.chaos.unsafe import (
     CHECKPOINT_EPOCH,
     LOST_CLAIM,
     RELEASING_ENTRY,
     SELF_FENCING,
     TAKEOVER_RESUME,
 )
-from leaseworker.chaos.verdict import Verdict
+from leaseworker_dev.chaos.verdict import Verdict
 from tests.system.procscan import MARKER_VAR
 
 DURATION_S: Final = {"connection": 85.0, "session": 75.0}

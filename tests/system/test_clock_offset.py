@@ -29,10 +29,10 @@ from pathlib import Path
 
 import pytest
 
-from leaseworker.local.faketime import FaketimeUnavailable, find_libfaketime, offset_env, probe
-from leaseworker.local.fleet import FAST, Fleet, poll_until
-from leaseworker.local.invariants import Delivered, Report, check_s1, check_s2, check_s3, read_sink
-from leaseworker.local.services import local_dynamodb
+from leaseworker_dev.local.faketime import FaketimeUnavailable, find_libfaketime, offset_env, probe
+from leaseworker_dev.local.fleet import FAST, Fleet, poll_until
+from leaseworker_dev.local.invariants import Delivered, Report, check_s1, check_s2, check_s3, read_sink
+from leaseworker_dev.local.services import local_dynamodb
 from tests.system.test_failover import CheckpointSampler, wait_until
 
 OFFSET_S = 5.0

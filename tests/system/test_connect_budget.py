@@ -27,11 +27,11 @@ from typing import Any
 
 import pytest
 
-from leaseworker.feed.replays.limits import ConnectLimit, peak_in_window
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.budget_store import paced_seconds
-from leaseworker.local.fleet import FAST
 from leaseworker.protocol.presets import expand
+from leaseworker_dev.feed.replays.limits import ConnectLimit, peak_in_window
+from leaseworker_dev.local.fleet import FAST
 from tests.system.feeds_fleet import Arrival, FeedsFleet, check_s1, check_seqs, wait_until
 from tests.system.test_failover import CONNECT_ALLOWANCE_S
 from tests.system.test_fast_takeover import FENCE_PATH_S

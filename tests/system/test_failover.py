@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from leaseworker.local.fleet import FAST, Fleet, poll_until
-from leaseworker.local.invariants import Delivered, by_connection, check_arrivals
 from leaseworker.worker.fenced import EXIT_FENCED
 from leaseworker.worker.takeover_bound import takeover_bound_s
+from leaseworker_dev.local.fleet import FAST, Fleet, poll_until
+from leaseworker_dev.local.invariants import Delivered, by_connection, check_arrivals
 
 N_CONNECTIONS = 30
 # Per connection. moto's Kinesis (the arbiter) takes a few hundred records a second here.

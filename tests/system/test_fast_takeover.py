@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from leaseworker.local.fleet import FAST, Fleet, Timings
-from leaseworker.local.invariants import check_arrivals
 from leaseworker.worker.fenced import EXIT_FENCED
+from leaseworker_dev.local.fleet import FAST, Fleet, Timings
+from leaseworker_dev.local.invariants import check_arrivals
 from tests.system.test_failover import (
     CONNECT_ALLOWANCE_S,
     stale_after_takeover,

@@ -42,9 +42,9 @@ from typing import Any
 
 import pytest
 
-from leaseworker.feed.replays import Entry
-from leaseworker.local.fleet import FAST
 from leaseworker.worker.fenced import EXIT_FENCED
+from leaseworker_dev.feed.replays import Entry
+from leaseworker_dev.local.fleet import FAST
 from tests.system.feeds_checks import (
     TAPE_SLACK_MS,
     Arrival,

@@ -55,8 +55,8 @@ def test_failover_scenario_json(tmp_path: Path, marker: str) -> None:
         assert result["max_s"] == max(result["times_s"].values())
         assert result["ok"], result
     # Session mode is the default: lease + two heartbeats + two rendezvous steps + connect.
-    from leaseworker.local.fleet import FAST
     from leaseworker.worker.takeover_bound import takeover_bound_s
+    from leaseworker_dev.local.fleet import FAST
 
     assert summary["settings"]["lease_seconds"] == FAST.lease_seconds
     bound = takeover_bound_s("session", FAST, 1.5)

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from leaseworker.local.fleet import FAST, Fleet
-from leaseworker.local.invariants import check_all
+from leaseworker_dev.local.fleet import FAST, Fleet
+from leaseworker_dev.local.invariants import check_all
 from tests.system.test_failover import CheckpointSampler, wait_until
 
 N_CONNECTIONS = 24

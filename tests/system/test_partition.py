@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from leaseworker.local.fleet import FAST, Fleet
-from leaseworker.local.invariants import check_all, read_sink
-from leaseworker.local.proxy import ProxyThread
 from leaseworker.worker.fenced import EXIT_FENCED
+from leaseworker_dev.local.fleet import FAST, Fleet
+from leaseworker_dev.local.invariants import check_all, read_sink
+from leaseworker_dev.local.proxy import ProxyThread
 from tests.system.test_failover import wait_until
 
 N = 10

@@ -47,14 +47,14 @@ from typing import Any
 import botocore.session
 import pytest
 
-from leaseworker.local.fleet import FAST
-from leaseworker.local.services import (
+from leaseworker.protocol.presets import expand
+from leaseworker_dev.local.fleet import FAST
+from leaseworker_dev.local.services import (
     LOCAL_CREDENTIALS,
     ManagedProcess,
     start_dynamodb_local,
     start_moto_server,
 )
-from leaseworker.protocol.presets import expand
 from tests.system.feeds_fleet import FeedsFleet, wait_until
 
 # Distinctive values. Each has a core (`7f1c9e…`) found nowhere else: not in a secret's name,

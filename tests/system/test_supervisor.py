@@ -26,8 +26,8 @@ import pytest
 
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.vocabulary import INDEX_BY_OWNER
-from leaseworker.local.services import LOCAL_CREDENTIALS, local_dynamodb
 from leaseworker.supervisor.process import child_pids
+from leaseworker_dev.local.services import LOCAL_CREDENTIALS, local_dynamodb
 from tests.system.procscan import MARKER_VAR
 
 CHILD = """
@@ -264,7 +264,7 @@ class RealWorker:
 @pytest.fixture
 def feed_url(tmp_path: Path, marker: str) -> Iterator[str]:
     feed = subprocess.Popen(
-        [sys.executable, "-m", "leaseworker.feed", "--port", "0", "--rate", "20"],
+        [sys.executable, "-m", "leaseworker_dev.feed", "--port", "0", "--rate", "20"],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, MARKER_VAR: marker},

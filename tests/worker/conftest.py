@@ -12,8 +12,8 @@ from types_aiobotocore_dynamodb import DynamoDBClient
 
 from leaseworker.aws import LEASE_CLIENT_CONFIG
 from leaseworker.lease.admin import LeaseTableAdmin
-from leaseworker.local.proxy import TcpProxy
 from leaseworker.settings import Settings
+from leaseworker_dev.local.proxy import TcpProxy
 
 
 @pytest.fixture

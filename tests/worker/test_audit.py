@@ -13,11 +13,11 @@ from dataclasses import replace
 
 from types_aiobotocore_dynamodb import DynamoDBClient
 
-from leaseworker.feed.server import FeedServer
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.observability.metrics import MetricName
 from leaseworker.settings import Settings
 from leaseworker.worker.audit import AUDIT_EVERY_HEARTBEATS
+from leaseworker_dev.feed.server import FeedServer
 from tests.worker.harness import eventually, running
 
 

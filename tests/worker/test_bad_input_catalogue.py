@@ -25,10 +25,7 @@ import pytest
 import pytest_asyncio
 
 from leaseworker.aws import LEASE_CLIENT_CONFIG
-from leaseworker.feed.server import FAULT_AFTER, FeedServer
 from leaseworker.lease.admin import LeaseTableAdmin
-from leaseworker.local.invariants import Delivered, Report, check_s2, read_sink
-from leaseworker.local.services import free_port
 from leaseworker.observability.logging import configure_logging, current_log_context
 from leaseworker.observability.metrics import MetricName, WorkerMetrics
 from leaseworker.records import SinkRecord
@@ -37,6 +34,9 @@ from leaseworker.sinks.base import SinkError, Validity, always_valid
 from leaseworker.sinks.file import FileSink
 from leaseworker.worker import session as session_module
 from leaseworker.worker import upstream as upstream_module
+from leaseworker_dev.feed.server import FAULT_AFTER, FeedServer
+from leaseworker_dev.local.invariants import Delivered, Report, check_s2, read_sink
+from leaseworker_dev.local.services import free_port
 from tests.worker.bad_upstream import GOOD_BEFORE, ScriptedUpstream
 from tests.worker.harness import running
 

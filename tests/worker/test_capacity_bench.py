@@ -11,8 +11,8 @@ import pytest
 
 from bench import cold_start, process_capacity
 from bench.capacity_plots import cold_start_plot, rss_plot
-from leaseworker.feed.server import data_for, data_frame
 from leaseworker.lease.vocabulary import MAX_ENTRIES_PER_ITEM
+from leaseworker_dev.feed.server import data_for, data_frame
 
 
 @pytest.mark.system

@@ -19,22 +19,28 @@ import pytest
 from aiobotocore.config import AioConfig
 from botocore.exceptions import ClientError
 
-from leaseworker.chaos import unsafe, unsafe_worker
-from leaseworker.chaos.observe import TableReading, rss_kib, tree_rss_kib
-from leaseworker.chaos.runner import JOIN_SETTLE_S, join_windows
-from leaseworker.chaos.schedule import ALL_KINDS, make_schedule
-from leaseworker.chaos.throttle_proxy import FaultProxyThread, Faults, is_claim_request, is_release_request
-from leaseworker.chaos.verdict import Evidence, judge, stale_count
+import leaseworker
 from leaseworker.lease import store
 from leaseworker.lease.liveness import session_deadline
-from leaseworker.local.fleet import poll_until
-from leaseworker.local.invariants import Delivered
 from leaseworker.settings import Settings, SettingsError, load_settings
 from leaseworker.supervisor.process import child_pids
 from leaseworker.worker import peers
 from leaseworker.worker.acquirer import Acquirer
 from leaseworker.worker.audit import Audit
 from leaseworker.worker.checkpointer import Checkpointer
+from leaseworker_dev.chaos import unsafe, unsafe_worker
+from leaseworker_dev.chaos.observe import TableReading, rss_kib, tree_rss_kib
+from leaseworker_dev.chaos.runner import JOIN_SETTLE_S, join_windows
+from leaseworker_dev.chaos.schedule import ALL_KINDS, make_schedule
+from leaseworker_dev.chaos.throttle_proxy import (
+    FaultProxyThread,
+    Faults,
+    is_claim_request,
+    is_release_request,
+)
+from leaseworker_dev.chaos.verdict import Evidence, judge, stale_count
+from leaseworker_dev.local.fleet import poll_until
+from leaseworker_dev.local.invariants import Delivered
 
 
 def test_one_seed_replays_one_schedule() -> None:
@@ -101,7 +107,11 @@ def test_unsafe_switches_move_both_deadlines_and_the_checkpoint_condition(
     assert "UNSAFE TEST-ONLY SWITCH ACTIVE" in caplog.text
 
 
-PACKAGE = Path(unsafe.__file__).parents[1]  # worker_src/leaseworker
+DEV_PACKAGE = Path(unsafe.__file__).parents[1]  # dev_src/leaseworker_dev
+PRODUCT = Path(leaseworker.__file__).parent  # worker_src/leaseworker: what the image ships
+# The product's one reference to the development package: `leaseworker local` is registered from
+# it when it is installed (cli/main.register_local), and said to be missing otherwise.
+PRODUCT_TO_DEV = {"cli/main.py": {"leaseworker_dev.cli"}}
 
 
 def _imports(path: Path) -> set[str]:
@@ -115,16 +125,32 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-def test_only_the_chaos_package_reaches_the_unsafe_switches() -> None:
-    """The product (`leaseworker run`, the image's command) never imports the switches: only the
-    chaos package does, through its own worker entry point."""
+def _dev_or_unsafe(name: str) -> bool:
+    return name.split(".", maxsplit=1)[0] == "leaseworker_dev" or name.endswith("unsafe")
+
+
+def test_the_product_never_reaches_the_development_package_or_the_unsafe_switches() -> None:
+    """The product (`leaseworker run`, the image's command) imports nothing from the development
+    package but the guarded registration of `leaseworker local`; within that package, only the
+    chaos runner's own worker entry point applies the switches."""
     reaching = {
-        str(path.relative_to(PACKAGE))
-        for path in PACKAGE.rglob("*.py")
-        if path.parent.name != "chaos" and any(name.endswith("unsafe") for name in _imports(path))
+        str(path.relative_to(PRODUCT)): found
+        for path in PRODUCT.rglob("*.py")
+        if (
+            found := {
+                n for n in _imports(path) if n.split(".")[0] == "leaseworker_dev" or n.endswith("unsafe")
+            }
+        )
     }
-    assert not reaching, f"outside chaos/, these import the unsafe switches: {sorted(reaching)}"
-    assert "leaseworker.chaos.unsafe" in _imports(PACKAGE / "chaos" / "unsafe_worker.py")
+    assert reaching == PRODUCT_TO_DEV, f"the product reaches the development package: {reaching}"
+    applying = {
+        str(path.relative_to(DEV_PACKAGE))
+        for path in DEV_PACKAGE.rglob("*.py")
+        if "leaseworker_dev.chaos.unsafe.apply_from_environment" in _imports(path)
+        or ("leaseworker_dev.chaos.unsafe" in _imports(path) and path.parent.name != "chaos")
+    }
+    assert applying <= {"chaos/unsafe_worker.py"}, applying
+    assert "leaseworker_dev.chaos.unsafe" in _imports(DEV_PACKAGE / "chaos" / "unsafe_worker.py")
 
 
 @pytest.mark.parametrize(

@@ -14,11 +14,11 @@ from dataclasses import replace
 import pytest
 from types_aiobotocore_dynamodb import DynamoDBClient
 
-from leaseworker.feed.server import FeedServer
 from leaseworker.lease import session_leases
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.attribute_values import PURGE_AFTER_SECONDS, checkpoint_key
 from leaseworker.settings import Settings
+from leaseworker_dev.feed.server import FeedServer
 from tests.worker.harness import eventually, running
 
 REFRESH_SECONDS = 1.5

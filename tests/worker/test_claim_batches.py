@@ -16,12 +16,12 @@ from dataclasses import replace
 
 from types_aiobotocore_dynamodb import DynamoDBClient
 
-from leaseworker.feed.server import FeedServer
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.ownership import Ownership
 from leaseworker.lease.store import Acquired, LeaseStore
 from leaseworker.settings import Settings
 from leaseworker.worker.main import build_worker
+from leaseworker_dev.feed.server import FeedServer
 from tests.worker.harness import eventually
 
 CAPACITY = 10

@@ -24,8 +24,8 @@ from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.session_store import SessionStore
 from leaseworker.lease.store import Acquired
-from leaseworker.local.services import free_port
 from leaseworker.settings import Settings
+from leaseworker_dev.local.services import free_port
 
 LEASEWORKER = Path(sys.executable).with_name("leaseworker")
 

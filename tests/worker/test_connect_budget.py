@@ -10,7 +10,6 @@ import time
 
 from types_aiobotocore_dynamodb import DynamoDBClient
 
-from leaseworker.chaos.observe import effective_reading
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.budget_store import (
     HOLD_MS,
@@ -24,6 +23,7 @@ from leaseworker.lease.budget_store import (
 )
 from leaseworker.observability.metrics import WorkerMetrics
 from leaseworker.worker.budget import COLD, URGENT, ConnectBudgets, Limit, priority_of
+from leaseworker_dev.chaos.observe import effective_reading
 
 HOST = "feed.example:443"
 

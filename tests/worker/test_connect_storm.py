@@ -11,12 +11,12 @@ from types_aiobotocore_dynamodb import DynamoDBClient
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from leaseworker.feed.replays import ReplayServer
-from leaseworker.feed.replays.limits import ConnectLimit, peak_in_window
 from leaseworker.lease.budget_store import BudgetStore, host_key, now_ms
 from leaseworker.observability.metrics import MetricName, WorkerMetrics
 from leaseworker.worker import upstream
 from leaseworker.worker.budget import RECONNECT, URGENT, ConnectBudgets, Limit
+from leaseworker_dev.feed.replays import ReplayServer
+from leaseworker_dev.feed.replays.limits import ConnectLimit, peak_in_window
 
 COUNT, SECONDS = 10, 1.0
 CONNECTS = 30

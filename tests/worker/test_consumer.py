@@ -20,7 +20,10 @@ from leaseworker.consumer import (
     read_stream,
     shard_order,
 )
-from leaseworker.local.invariants import (
+from leaseworker.records import SinkRecord
+from leaseworker.sinks.factory import kinesis_client_config
+from leaseworker.sinks.kinesis import KinesisSink
+from leaseworker_dev.local.invariants import (
     Delivered,
     Report,
     check_arrivals,
@@ -29,10 +32,7 @@ from leaseworker.local.invariants import (
     read_sink,
     read_sink_arrivals,
 )
-from leaseworker.local.stream import read_arrivals
-from leaseworker.records import SinkRecord
-from leaseworker.sinks.factory import kinesis_client_config
-from leaseworker.sinks.kinesis import KinesisSink
+from leaseworker_dev.local.stream import read_arrivals
 
 REGION = "us-east-1"
 D, DUP, STALE, AHEAD = Verdict.DELIVER, Verdict.DUPLICATE, Verdict.STALE_EPOCH, Verdict.AHEAD

@@ -17,7 +17,6 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from leaseworker.feed import FAULT_AFTER, FeedServer, data_for
 from leaseworker.protocol import (
     MAX_FRAME_BYTES,
     STALE_EPOCH,
@@ -27,6 +26,7 @@ from leaseworker.protocol import (
     ReplayedFrame,
     SeqfeedProtocol,
 )
+from leaseworker_dev.feed import FAULT_AFTER, FeedServer, data_for
 
 # Generous bounds: these tests check behaviour, not the scheduler's punctuality.
 TIMEOUT = 5.0
@@ -356,7 +356,7 @@ def test_module_prints_its_url_and_exits_0_on_sigterm(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "leaseworker.feed",
+            "leaseworker_dev.feed",
             "--port",
             "0",
             "--rate",

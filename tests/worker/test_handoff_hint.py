@@ -18,12 +18,12 @@ import aioboto3
 import pytest
 from types_aiobotocore_dynamodb import DynamoDBClient
 
-from leaseworker.feed.server import FeedServer
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.session_store import SessionStore
 from leaseworker.notify import Notifier
 from leaseworker.settings import Settings
 from leaseworker.worker.acquirer import SHARE_REFRESH_SECONDS
+from leaseworker_dev.feed.server import FeedServer
 from tests.worker.harness import eventually, running
 
 PEER = "peer-with-stale-load"

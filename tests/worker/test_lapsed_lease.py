@@ -14,11 +14,11 @@ from dataclasses import replace
 
 from types_aiobotocore_dynamodb import DynamoDBClient
 
-from leaseworker.feed.server import FeedServer
 from leaseworker.lease.admin import LeaseTableAdmin
-from leaseworker.local.proxy import TcpProxy
 from leaseworker.observability.metrics import MetricName
 from leaseworker.settings import Settings
+from leaseworker_dev.feed.server import FeedServer
+from leaseworker_dev.local.proxy import TcpProxy
 from tests.worker.harness import eventually, running
 
 

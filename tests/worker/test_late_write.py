@@ -40,14 +40,14 @@ from aiobotocore.config import AioConfig
 from types_aiobotocore_kinesis import KinesisClient
 
 from leaseworker.aws import LEASE_CLIENT_CONFIG
-from leaseworker.local.invariants import Delivered, Report, check_s1_arrival
-from leaseworker.local.proxy import TcpProxy
-from leaseworker.local.stream import read_arrivals
 from leaseworker.no_linger import NoLingerAIOHTTPSession, send_deadline
 from leaseworker.records import SinkRecord
 from leaseworker.sinks import SinkError
 from leaseworker.sinks.factory import KINESIS_MAX_POOL_CONNECTIONS, kinesis_client_config
 from leaseworker.sinks.kinesis import KinesisSink
+from leaseworker_dev.local.invariants import Delivered, Report, check_s1_arrival
+from leaseworker_dev.local.proxy import TcpProxy
+from leaseworker_dev.local.stream import read_arrivals
 
 REGION = "us-east-1"
 REPO_ROOT = Path(__file__).resolve().parents[2]

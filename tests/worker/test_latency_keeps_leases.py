@@ -27,12 +27,12 @@ import aioboto3
 import pytest
 from types_aiobotocore_dynamodb import DynamoDBClient
 
-from leaseworker.feed.server import FeedServer
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.store import Acquired, LeaseStore, Renewed, Stopped
-from leaseworker.local.proxy import TcpProxy
 from leaseworker.observability.metrics import MetricName
 from leaseworker.settings import LeaseMode, Settings
+from leaseworker_dev.feed.server import FeedServer
+from leaseworker_dev.local.proxy import TcpProxy
 from tests.worker.harness import eventually, running
 
 CHUNK_LATENCY = 0.7  # seconds added to each chunk, each way: about 1.4 s a round trip

@@ -15,8 +15,8 @@ from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.errors import StoreUnavailable, TableMissing
 from leaseworker.lease.model import LeaseState
 from leaseworker.lease.store import Acquired, LeaseStore, Lost, Malformed, Renewed, Stopped
-from leaseworker.local.services import free_port
 from leaseworker.settings import Settings
+from leaseworker_dev.local.services import free_port
 
 URL = "ws://127.0.0.1:9/feeds/x"
 
@@ -243,7 +243,7 @@ async def test_acquire_whose_reply_is_lost_is_adopted(
     from urllib.parse import urlsplit
 
     from leaseworker.lease.errors import AcquireUncertain
-    from leaseworker.local.proxy import TcpProxy
+    from leaseworker_dev.local.proxy import TcpProxy
 
     await add(ddb, table, "c1")
     target = urlsplit(dynamodb_endpoint)

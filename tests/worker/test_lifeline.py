@@ -1,4 +1,4 @@
-"""The local fleet's lifeline (leaseworker.local.lifeline), with plain `sleep` processes for a fleet:
+"""The local fleet's lifeline (leaseworker_dev.local.lifeline), with plain `sleep` processes for a fleet:
 a parent-death signal reaches a child when its parent is SIGKILLed, and the watchdog stops what
 carries the run's token and removes the directory once the parent is gone, or exits at once after
 an orderly end."""
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from leaseworker.local.lifeline import FLEET_VAR, Lifeline, fleet_processes, parent_death_signal
+from leaseworker_dev.local.lifeline import FLEET_VAR, Lifeline, fleet_processes, parent_death_signal
 from tests.system.procscan import alive
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl and /proc: Linux")
@@ -26,7 +26,7 @@ PARENT = textwrap.dedent(
     """
     import subprocess, sys, time
     from pathlib import Path
-    from leaseworker.local.lifeline import Lifeline, parent_death_signal
+    from leaseworker_dev.local.lifeline import Lifeline, parent_death_signal
     with Lifeline(remove=Path(sys.argv[1]) if sys.argv[1] else None):
         use_signal = sys.argv[2] == "signal"
         child = subprocess.Popen(

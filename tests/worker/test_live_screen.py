@@ -1,4 +1,4 @@
-"""The live view's frame (leaseworker.local.screen), drawn from a monitor's readings without a
+"""The live view's frame (leaseworker_dev.local.screen), drawn from a monitor's readings without a
 fleet: it fits the terminal with the key bar last and never cut off, and its checkpoint and lag
 columns use the effective checkpoint (session mode keeps checkpoints in the owner's checkpoint
 item, so the connection item's last_seq stays -1 while data flows)."""
@@ -16,10 +16,10 @@ import pytest
 from rich.console import Console
 
 from leaseworker.lease.vocabulary import SESSION_HELD
-from leaseworker.local.events import Event
-from leaseworker.local.fleet import Fleet, WorkerProcess
-from leaseworker.local.stopping import StopSignals
-from leaseworker.local.view import LiveView
+from leaseworker_dev.local.events import Event
+from leaseworker_dev.local.fleet import Fleet, WorkerProcess
+from leaseworker_dev.local.stopping import StopSignals
+from leaseworker_dev.local.view import LiveView
 
 
 def _view(tmp_path: Path, *, width: int, height: int, connections: int = 14) -> tuple[LiveView, io.StringIO]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import getpass
 from pathlib import Path
 
-from leaseworker.local.services import start_dynamodb_local
+from leaseworker_dev.local.services import start_dynamodb_local
 
 
 def test_dynamodb_local_writes_no_perf_data_file() -> None:

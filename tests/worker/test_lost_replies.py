@@ -11,13 +11,13 @@ from dataclasses import replace
 import pytest
 from types_aiobotocore_dynamodb import DynamoDBClient
 
-from leaseworker.feed.server import FeedServer
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.errors import AcquireUncertain
 from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.liveness import SessionValidity
 from leaseworker.lease.store import LeaseStore
 from leaseworker.settings import LeaseMode, Settings
+from leaseworker_dev.feed.server import FeedServer
 from tests.worker.harness import eventually, running
 from tests.worker.lost_reply import LostReplies, Mode, is_claim
 

@@ -22,9 +22,9 @@ from types_aiobotocore_dynamodb import DynamoDBClient
 from websockets.asyncio.server import ServerConnection, serve
 
 from leaseworker.lease.admin import LeaseTableAdmin
-from leaseworker.local.invariants import read_sink
 from leaseworker.settings import Settings
 from leaseworker.worker.session import MAX_FAILURES_AT_POSITION
+from leaseworker_dev.local.invariants import read_sink
 from tests.worker.harness import running
 
 POISON_SEQ = 5

@@ -18,9 +18,9 @@ from dataclasses import replace
 
 from types_aiobotocore_dynamodb import DynamoDBClient
 
-from leaseworker.feed.server import FeedServer
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.settings import Settings
+from leaseworker_dev.feed.server import FeedServer
 from tests.worker.harness import eventually, running
 
 SHEDDER = "shedder"

@@ -15,10 +15,10 @@ from dataclasses import replace
 from types_aiobotocore_dynamodb import DynamoDBClient
 from websockets.asyncio.client import connect
 
-from leaseworker.feed.server import FeedServer
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.observability.metrics import MetricName
 from leaseworker.settings import Settings
+from leaseworker_dev.feed.server import FeedServer
 from tests.worker.harness import eventually, running
 from tests.worker.lost_reply import Refusals, releases_of
 

@@ -22,7 +22,6 @@ from types_aiobotocore_dynamodb import DynamoDBClient
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from leaseworker.feed.server import FeedServer
 from leaseworker.lease.admin import (
     ConnectionExists,
     LeaseTableAdmin,
@@ -33,8 +32,9 @@ from leaseworker.lease.admin import (
 from leaseworker.lease.session_store import SessionStore
 from leaseworker.lease.store import Acquired, LeaseStore, Lost, now_ms
 from leaseworker.lease.vocabulary import SESSION_HELD
-from leaseworker.local.invariants import Delivered, Report, check_s1, read_events
 from leaseworker.settings import Settings
+from leaseworker_dev.feed.server import FeedServer
+from leaseworker_dev.local.invariants import Delivered, Report, check_s1, read_events
 from tests.worker.harness import eventually, running
 
 URL = "ws://127.0.0.1:9/feeds/x"

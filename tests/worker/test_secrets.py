@@ -21,7 +21,6 @@ import pytest
 from botocore.exceptions import ClientError
 
 from leaseworker import secrets as secrets_module
-from leaseworker.local.services import ManagedProcess, start_moto_server
 from leaseworker.secrets import (
     SECRETS_CLIENT_CONFIG,
     ReferenceResolver,
@@ -32,6 +31,7 @@ from leaseworker.secrets import (
     secrets_client,
 )
 from leaseworker.settings import Settings
+from leaseworker_dev.local.services import ManagedProcess, start_moto_server
 
 if TYPE_CHECKING:
     from types_aiobotocore_secretsmanager import SecretsManagerClient

@@ -20,7 +20,6 @@ import pytest
 from websockets.exceptions import ConnectionClosedError
 from websockets.frames import Close
 
-from leaseworker.feed.server import FeedServer
 from leaseworker.lease.model import Lease, LeaseState
 from leaseworker.observability.metrics import WorkerMetrics
 from leaseworker.observability.tracing import configure_tracing
@@ -31,6 +30,7 @@ from leaseworker.worker import failures as failures_module
 from leaseworker.worker import session as session_module
 from leaseworker.worker import upstream as upstream_module
 from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, SessionResult
+from leaseworker_dev.feed.server import FeedServer
 from tests.worker.bad_upstream import BIG_FRAME_BYTES, LARGEST_FRAME_BYTES, ScriptedUpstream
 
 STOP_BOUND = 3.0  # a stop is honoured within this, far below the 10 s open timeout

@@ -1,6 +1,6 @@
 """The real ConnectionSession speaking generic/1 (and seqfeed/1's stale epoch) to local upstreams.
 
-The feeds are the replays of real feeds (worker_src/leaseworker/feed/replays) or small scripted
+The feeds are the replays of real feeds (dev_src/leaseworker_dev/feed/replays) or small scripted
 servers; the lease is a local object, the references come from a dict, and the sink records
 what it accepted. What is checked is what a consumer and the upstream see: records, gap
 markers, seq numbering, the checkpoint cursor, and how the session ends.
@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
-from leaseworker.feed.replays.base import ReplayServer
 from leaseworker.lease.model import HAND_BACK_REASONS, UPSTREAM_STALE_EPOCH, Lease
 from leaseworker.lease.vocabulary import MAX_CURSOR_BYTES
 from leaseworker.observability.metrics import WorkerMetrics
@@ -32,6 +31,7 @@ from leaseworker.worker import socket_run
 from leaseworker.worker.references import NoReferences, References
 from leaseworker.worker.rotation import open_successor
 from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, SessionResult
+from leaseworker_dev.feed.replays.base import ReplayServer
 from tests.worker.test_session import RecordingSink
 
 RATE = 40.0

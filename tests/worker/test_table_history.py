@@ -7,7 +7,7 @@ from typing import Any
 
 from types_aiobotocore_dynamodb import DynamoDBClient
 
-from leaseworker.chaos.table_history import checkpoint_regressions, enable, read_all
+from leaseworker_dev.chaos.table_history import checkpoint_regressions, enable, read_all
 
 
 def _conn(seq: int, epoch: int = 1, owner: str = "w1") -> dict[str, Any]:

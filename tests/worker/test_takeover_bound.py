@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from leaseworker.local.fleet import FAST
 from leaseworker.settings import Settings
 from leaseworker.worker.takeover_bound import LeaseTimings, takeover_bound_s
+from leaseworker_dev.local.fleet import FAST
 
 
 @pytest.mark.parametrize(

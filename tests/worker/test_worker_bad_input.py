@@ -13,11 +13,11 @@ from pathlib import Path
 
 from types_aiobotocore_dynamodb import DynamoDBClient
 
-from leaseworker.feed.server import FeedServer
 from leaseworker.lease.admin import LeaseTableAdmin
-from leaseworker.local.invariants import Report, check_s1, check_s2, read_sink
-from leaseworker.local.services import free_port, start_dynamodb_local
 from leaseworker.settings import Settings
+from leaseworker_dev.feed.server import FeedServer
+from leaseworker_dev.local.invariants import Report, check_s1, check_s2, read_sink
+from leaseworker_dev.local.services import free_port, start_dynamodb_local
 from tests.worker.harness import eventually, running
 
 

@@ -11,11 +11,11 @@ import aioboto3
 import pytest
 from types_aiobotocore_dynamodb import DynamoDBClient
 
-from leaseworker.feed.server import FeedServer
 from leaseworker.lease.admin import LeaseTableAdmin
-from leaseworker.local.invariants import read_events, read_sink
 from leaseworker.notify import Notifier
 from leaseworker.settings import Settings
+from leaseworker_dev.feed.server import FeedServer
+from leaseworker_dev.local.invariants import read_events, read_sink
 from tests.worker.harness import eventually, running
 
 

@@ -11,12 +11,12 @@ from dataclasses import replace
 import pytest
 from types_aiobotocore_dynamodb import DynamoDBClient
 
-from leaseworker.feed.server import FeedServer
 from leaseworker.lease.admin import LeaseTableAdmin
-from leaseworker.local.proxy import TcpProxy
 from leaseworker.observability.metrics import MetricName
 from leaseworker.settings import Settings
 from leaseworker.worker.main import build_worker
+from leaseworker_dev.feed.server import FeedServer
+from leaseworker_dev.local.proxy import TcpProxy
 from tests.worker.harness import eventually, running
 
 

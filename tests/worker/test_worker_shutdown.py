@@ -11,12 +11,12 @@ from dataclasses import replace
 
 from types_aiobotocore_dynamodb import DynamoDBClient
 
-from leaseworker.feed.server import FeedServer
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.records import SinkRecord
 from leaseworker.settings import Settings
 from leaseworker.sinks.base import Validity, always_valid
 from leaseworker.worker.main import build_worker
+from leaseworker_dev.feed.server import FeedServer
 from tests.worker.harness import eventually
 
 

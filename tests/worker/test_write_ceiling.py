@@ -7,7 +7,7 @@ import asyncio
 
 from bench import write_ceiling
 from leaseworker.lease.vocabulary import SESSION_HELD
-from leaseworker.local.services import local_dynamodb
+from leaseworker_dev.local.services import local_dynamodb
 
 
 def test_the_ceiling_loop_claims_each_item_once(dynamodb_endpoint: str) -> None:

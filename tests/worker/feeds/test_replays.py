@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
-from leaseworker.feed.replays import Entry, Ledger, ReplayServer, binance, coinbase, kraken
-from leaseworker.feed.replays.home_assistant import event_number
-from leaseworker.feed.replays.jetstream import Jetstream
 from leaseworker.protocol.adapter import Reconnect
 from leaseworker.protocol.generic import GenericProtocol
 from leaseworker.protocol.presets import expand
+from leaseworker_dev.feed.replays import Entry, Ledger, ReplayServer, binance, coinbase, kraken
+from leaseworker_dev.feed.replays.home_assistant import event_number
+from leaseworker_dev.feed.replays.jetstream import Jetstream
 from tests.worker.feeds.driver import Driver, Record, start, stop
 
 RATE = 40.0  # data messages per second per key: enough to lose some in a drop, cheap on 2 cores

@@ -19,7 +19,6 @@ from botocore.exceptions import (
 from leaseworker.lease.admin import ConnectionExists, UnknownConnection
 from leaseworker.lease.errors import StoreError, StoreUnavailable, TableMissing
 from leaseworker.lease.model import InvalidConnectionId
-from leaseworker.local.services import ServiceError
 from leaseworker.settings import SettingsError
 from leaseworker.worker.fenced import EXIT_FENCED, WorkerFenced
 
@@ -27,6 +26,11 @@ T = TypeVar("T")
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
+
+
+class OneLineError(RuntimeError):
+    """An error whose str() is the whole message for the operator, with what to do (for example
+    a local service that could not be started, leaseworker_dev/local/services.py)."""
 
 
 class CliError(click.ClickException):
@@ -96,7 +100,7 @@ def translate(error: BaseException, *, table: str | None, endpoint: str | None) 
         return CliError(f"cannot reach DynamoDB at {where}: {root}")
     if isinstance(error, StoreUnavailable):
         return CliError(f"DynamoDB at {where} failed: {root if root is not error else error}")
-    if isinstance(error, (StoreError, ServiceError)):
+    if isinstance(error, (StoreError, OneLineError)):
         return CliError(str(error))
     if isinstance(error, ValueError):
         return CliUsageError(str(error))

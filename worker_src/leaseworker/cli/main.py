@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import click
 
 from leaseworker import __version__
-from leaseworker.cli.errors import CliUsageError
+from leaseworker.cli.errors import CliError, CliUsageError
 from leaseworker.settings import DEFAULT_TABLE
 
 
@@ -93,9 +93,39 @@ def cli(ctx: click.Context, table: str | None = None, endpoint_url: str | None =
 target_options(cli)
 
 
-def main() -> None:
-    from leaseworker.cli import apply, connections, health, local, run, table  # noqa: F401  (registers commands)
+DEV_PACKAGE = "leaseworker_dev"
+DEV_PACKAGE_HINT = (
+    "`leaseworker local` is a development tool, not part of this install: from a checkout, "
+    "run `make demo` (or pip install -e dev_src)"
+)
 
+
+def register_local() -> None:
+    """`leaseworker local …` comes from the development package (dev_src/leaseworker_dev/cli.py),
+    which the image never has; without it, the command says in one line how to get it."""
+    try:
+        import leaseworker_dev.cli  # noqa: F401  (registers `local`)
+    except ModuleNotFoundError as error:
+        if error.name is None or error.name.split(".")[0] != DEV_PACKAGE:
+            raise
+
+        @cli.command(
+            "local",
+            short_help="The whole system on this machine (needs the development package).",
+            context_settings={
+                "ignore_unknown_options": True,
+                "allow_extra_args": True,
+                "help_option_names": [],
+            },
+        )
+        def local() -> None:
+            raise CliError(DEV_PACKAGE_HINT)
+
+
+def main() -> None:
+    from leaseworker.cli import apply, connections, health, run, table  # noqa: F401  (registers commands)
+
+    register_local()
     cli(prog_name="leaseworker")
 
 
