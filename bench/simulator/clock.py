@@ -6,7 +6,7 @@ there. Every `asyncio.sleep`, `asyncio.timeout` and `wait_for` in the real lease
 simulated workers therefore runs in virtual time, and a run is deterministic for a seed.
 
 The lease modules read the clock through their module-level `time` (`time.monotonic()` for local
-deadlines, `time.time_ns()` in `store.now_ms()`, which the other stores import). `virtual_clocks`
+deadlines, `time.time_ns()` in `dynamodb.now_ms()`, which the stores import). `virtual_clocks`
 replaces that name in those modules, and only there, for the duration of a run: no file under
 worker_src changes. Every worker shares one wall clock (no skew is simulated).
 """
@@ -21,11 +21,11 @@ from collections.abc import Callable, Coroutine, Iterator
 from types import ModuleType
 from typing import Any, TypeVar
 
-from leaseworker.lease import ownership, session_leases, store
+from leaseworker.lease import connection_store, dynamodb, ownership, session_leases
 
 T = TypeVar("T")
 EPOCH_SECONDS = 1_800_000_000.0  # the wall clock at virtual time 0 (2027-01-15)
-PATCHED: tuple[ModuleType, ...] = (store, ownership, session_leases)
+PATCHED: tuple[ModuleType, ...] = (dynamodb, connection_store, ownership, session_leases)
 
 
 class Deadlock(RuntimeError):

@@ -1,6 +1,6 @@
 """An in-memory DynamoDB client for the lease stores, charging DynamoDB's on-demand cost rules.
 
-It implements the calls and request shapes that lease/store.py, held_store.py, session_store.py,
+It implements the calls and request shapes that lease/connection_store.py, held_store.py, session_store.py,
 checkpoint_store.py, batch_get.py and admin.py's `add` send: UpdateItem, PutItem, DeleteItem,
 GetItem, BatchGetItem and Query (on the table's two KEYS_ONLY GSIs), with ConditionExpression,
 UpdateExpression, ProjectionExpression, ExpressionAttributeNames/Values, ReturnValues,

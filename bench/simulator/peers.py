@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from leaseworker.lease.balance import PeerLoad
 from leaseworker.lease.checkpoint_store import resume_seq
+from leaseworker.lease.dynamodb import now_ms
 from leaseworker.lease.held_store import OwnedConnection
 from leaseworker.lease.liveness import (
     CONFIRMED,
@@ -28,7 +29,7 @@ from leaseworker.lease.liveness import (
     read_listing,
 )
 from leaseworker.lease.rendezvous import claim_delay, rank
-from leaseworker.lease.store import AcquireResult, now_ms
+from leaseworker.lease.results import AcquireResult
 from leaseworker.worker.acquirer import SHARE_REFRESH_SECONDS
 from leaseworker.worker.peers import (
     OVER_SHARE_AFTER_SECONDS,

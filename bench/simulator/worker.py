@@ -1,6 +1,6 @@
 """One simulated worker: the loops of worker/app.py, simplified, around the real lease code.
 
-Real: the stores (LeaseStore, SessionHeldStore, SessionStore, CheckpointStore) over the
+Real: the stores (ConnectionStore, SessionHeldStore, SessionStore, CheckpointStore) over the
 in-memory client, the `Ownership` implementations (ConnectionLeases, SessionLeases), the
 session validity (liveness.SessionValidity), fair share (balance.fair_share) and the Lease
 model. Modelled, after worker/: the acquirer's reconcile and its shed rule (acquirer.py), the
@@ -24,13 +24,15 @@ from bench.simulator.memory_table import Database
 from bench.simulator.peers import PeerWatch
 from leaseworker.lease.balance import fair_share, unowned_beyond_room
 from leaseworker.lease.checkpoint_store import CheckpointStore
+from leaseworker.lease.connection_store import ConnectionStore
+from leaseworker.lease.dynamodb import now_ms
 from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.liveness import SessionValidity
 from leaseworker.lease.model import Lease, LeaseState, renewal_timeout
 from leaseworker.lease.ownership import ConnectionLeases, Ownership, Progress
+from leaseworker.lease.results import Acquired, AcquireResult, Lost, Stopped
 from leaseworker.lease.session_leases import SessionLeases
 from leaseworker.lease.session_store import Fenced, SessionStore
-from leaseworker.lease.store import Acquired, AcquireResult, LeaseStore, Lost, Stopped, now_ms
 from leaseworker.settings import Settings
 from leaseworker.worker.acquirer import LEAST_CANDIDATES, RECONCILE_JITTER
 from leaseworker.worker.heartbeat import CLAIM_PUBLISH_SECONDS
@@ -54,7 +56,7 @@ class SimWorker:
         self.meter = Meter()
         self.client = MemoryDynamoDB(database, self.meter)
         client = self.client
-        self.leases = LeaseStore(client, settings)  # type: ignore[arg-type]
+        self.leases = ConnectionStore(client, settings)  # type: ignore[arg-type]
         self.held_store = SessionHeldStore(client, settings)  # type: ignore[arg-type]
         self.sessions = SessionStore(client, settings.table_name)  # type: ignore[arg-type]
         self.checkpoints = CheckpointStore(client, settings.table_name)  # type: ignore[arg-type]

@@ -11,8 +11,9 @@ from types_aiobotocore_dynamodb import DynamoDBClient
 
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.checkpoint_store import CheckpointStore
+from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.held_store import SessionHeldStore
-from leaseworker.lease.store import Acquired, LeaseStore
+from leaseworker.lease.results import Acquired
 from leaseworker.settings import Settings
 from tests.worker.test_session_store_contract import VALID, session_table  # noqa: F401 (fixture)
 
@@ -33,7 +34,7 @@ async def test_connection_mode_checkpoint_release_and_next_acquire_carry_the_cur
     ddb: DynamoDBClient, table: str, settings: Settings
 ) -> None:
     admin = LeaseTableAdmin(ddb, table)
-    store = LeaseStore(ddb, settings)
+    store = ConnectionStore(ddb, settings)
     await add_generic(admin, "c1")
     first = await store.acquire("c1", "w1")
     assert isinstance(first, Acquired)
@@ -62,7 +63,7 @@ async def test_a_release_without_progress_keeps_the_cursor(
     ddb: DynamoDBClient, table: str, settings: Settings
 ) -> None:
     admin = LeaseTableAdmin(ddb, table)
-    store = LeaseStore(ddb, settings)
+    store = ConnectionStore(ddb, settings)
     await add_generic(admin, "c2")
     acquired = await store.acquire("c2", "w1")
     assert isinstance(acquired, Acquired)
@@ -146,7 +147,7 @@ async def test_a_re_added_connection_starts_without_a_cursor(
     ddb: DynamoDBClient, table: str, settings: Settings
 ) -> None:
     admin = LeaseTableAdmin(ddb, table)
-    store = LeaseStore(ddb, settings)
+    store = ConnectionStore(ddb, settings)
     await add_generic(admin, "c3")
     acquired = await store.acquire("c3", "w1")
     assert isinstance(acquired, Acquired)

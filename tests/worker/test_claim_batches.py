@@ -17,8 +17,9 @@ from dataclasses import replace
 from types_aiobotocore_dynamodb import DynamoDBClient
 
 from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.ownership import Ownership
-from leaseworker.lease.store import Acquired, LeaseStore
+from leaseworker.lease.results import Acquired
 from leaseworker.settings import Settings
 from leaseworker.worker.main import build_worker
 from leaseworker_dev.feed.server import FeedServer
@@ -32,7 +33,7 @@ RIVAL_TAKES = 15  # of the first batch's 2 × CAPACITY candidates: we can win at
 class RacedFirstQuery:
     """The worker's real Ownership; its first candidate query is raced by a rival's claims."""
 
-    def __init__(self, inner: Ownership, rival: LeaseStore) -> None:
+    def __init__(self, inner: Ownership, rival: ConnectionStore) -> None:
         self._inner = inner
         self._rival = rival
         self.queries = 0
@@ -58,7 +59,7 @@ async def test_a_reconcile_fills_its_share_when_peers_win_most_of_a_batch(
         settings, lease_mode="connection", max_connections=CAPACITY, reconcile_seconds=60.0, sink="null"
     )
     admin = LeaseTableAdmin(ddb, table)
-    rival = LeaseStore(ddb, replace(tuned, worker_id="rival"))
+    rival = ConnectionStore(ddb, replace(tuned, worker_id="rival"))
     async with FeedServer() as feed, AsyncExitStack() as stack:
         for i in range(FREE):
             await admin.add(f"c{i:02d}", feed.url_for(f"c{i:02d}"))

@@ -17,7 +17,7 @@ from types_aiobotocore_dynamodb import DynamoDBClient
 
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.ownership import Ownership
-from leaseworker.lease.store import AcquireResult, Lost
+from leaseworker.lease.results import AcquireResult, Lost
 from leaseworker.settings import Settings
 from leaseworker.worker.app import Worker
 from leaseworker.worker.main import build_worker

@@ -22,8 +22,8 @@ import pytest
 
 from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.held_store import SessionHeldStore
+from leaseworker.lease.results import Acquired
 from leaseworker.lease.session_store import SessionStore
-from leaseworker.lease.store import Acquired
 from leaseworker.settings import Settings
 from leaseworker_dev.local.services import free_port
 

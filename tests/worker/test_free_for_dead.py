@@ -14,8 +14,8 @@ from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.liveness import CONFIRMED
+from leaseworker.lease.results import Acquired
 from leaseworker.lease.session_store import SessionStore
-from leaseworker.lease.store import Acquired
 from leaseworker.settings import Settings
 from tests.worker.harness import eventually, running
 

@@ -28,7 +28,8 @@ import pytest
 from types_aiobotocore_dynamodb import DynamoDBClient
 
 from leaseworker.lease.admin import LeaseTableAdmin
-from leaseworker.lease.store import Acquired, LeaseStore, Renewed, Stopped
+from leaseworker.lease.connection_store import ConnectionStore
+from leaseworker.lease.results import Acquired, Renewed, Stopped
 from leaseworker.observability.metrics import MetricName
 from leaseworker.settings import LeaseMode, Settings
 from leaseworker_dev.feed.server import FeedServer
@@ -149,7 +150,7 @@ async def test_a_late_older_renewal_never_moves_the_expiry_back(
     expiry than the item has is refused by its condition and counts as renewed (the item still
     expires no sooner than it would have made it); a stopped connection is still `Stopped`."""
     await LeaseTableAdmin(ddb, table).add("c1", "ws://127.0.0.1:9/feeds/c1")
-    store = LeaseStore(ddb, settings)
+    store = ConnectionStore(ddb, settings)
     acquired = await store.acquire("c1", "w1")
     assert isinstance(acquired, Acquired), acquired
     lease = acquired.lease

@@ -12,9 +12,10 @@ from types_aiobotocore_dynamodb import DynamoDBClient
 
 from leaseworker.aws import LEASE_CLIENT_CONFIG
 from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.errors import StoreUnavailable, TableMissing
 from leaseworker.lease.model import LeaseState
-from leaseworker.lease.store import Acquired, LeaseStore, Lost, Malformed, Renewed, Stopped
+from leaseworker.lease.results import Acquired, Lost, Malformed, Renewed, Stopped
 from leaseworker.settings import Settings
 from leaseworker_dev.local.services import free_port
 
@@ -36,7 +37,7 @@ async def test_fifty_concurrent_acquirers_one_winner(
     ddb: DynamoDBClient, table: str, settings: Settings
 ) -> None:
     await add(ddb, table, "c1")
-    store = LeaseStore(ddb, settings)
+    store = ConnectionStore(ddb, settings)
     results = await asyncio.gather(*(store.acquire("c1", f"w{i}") for i in range(50)))
     winners = [r for r in results if isinstance(r, Acquired)]
     assert len(winners) == 1
@@ -51,7 +52,7 @@ async def test_fifty_concurrent_acquirers_one_winner(
 
 async def test_renewal_by_non_owner_fails(ddb: DynamoDBClient, table: str, settings: Settings) -> None:
     await add(ddb, table, "c1")
-    store = LeaseStore(ddb, settings)
+    store = ConnectionStore(ddb, settings)
     lease = acquired(await store.acquire("c1", "owner")).lease
     impostor = dataclasses.replace(lease, owner="impostor")
     result = await store.renew(impostor, timeout=1.0)
@@ -65,7 +66,7 @@ async def test_epoch_increases_on_every_acquisition(
     ddb: DynamoDBClient, table: str, settings: Settings
 ) -> None:
     await add(ddb, table, "c1")
-    store = LeaseStore(ddb, settings)
+    store = ConnectionStore(ddb, settings)
     epochs = []
     for i in range(4):
         lease = acquired(await store.acquire("c1", f"w{i}")).lease
@@ -78,7 +79,7 @@ async def test_epoch_increases_on_every_acquisition(
 
 async def test_live_lease_cannot_be_acquired(ddb: DynamoDBClient, table: str, settings: Settings) -> None:
     await add(ddb, table, "c1")
-    store = LeaseStore(ddb, settings)
+    store = ConnectionStore(ddb, settings)
     acquired(await store.acquire("c1", "a"))
     lost = await store.acquire("c1", "b")
     assert isinstance(lost, Lost) and lost.holder == "a" and lost.epoch == 1
@@ -89,7 +90,7 @@ async def test_expired_lease_is_taken_over_after_skew(ddb: DynamoDBClient, table
         table_name=table, lease_seconds=0.4, heartbeat_seconds=0.1, max_clock_skew_ms=50, worker_id="w"
     )
     await add(ddb, table, "c1")
-    store = LeaseStore(ddb, fast)
+    store = ConnectionStore(ddb, fast)
     first = acquired(await store.acquire("c1", "a")).lease
     await asyncio.sleep(0.55)
     second = acquired(await store.acquire("c1", "b"))
@@ -99,7 +100,7 @@ async def test_expired_lease_is_taken_over_after_skew(ddb: DynamoDBClient, table
 
 async def test_release_is_conditional(ddb: DynamoDBClient, table: str, settings: Settings) -> None:
     await add(ddb, table, "c1")
-    store = LeaseStore(ddb, settings)
+    store = ConnectionStore(ddb, settings)
     lease = acquired(await store.acquire("c1", "a")).lease
     assert not await store.release(dataclasses.replace(lease, owner="b"), 10)
     assert not await store.release(dataclasses.replace(lease, epoch=99), 10)
@@ -122,7 +123,7 @@ async def test_zombie_cannot_checkpoint_after_takeover(ddb: DynamoDBClient, tabl
         table_name=table, lease_seconds=0.4, heartbeat_seconds=0.1, max_clock_skew_ms=50, worker_id="w"
     )
     await add(ddb, table, "c1")
-    store = LeaseStore(ddb, fast)
+    store = ConnectionStore(ddb, fast)
     zombie = acquired(await store.acquire("c1", "zombie")).lease
     assert await store.checkpoint(zombie, 5)
     await asyncio.sleep(0.55)
@@ -139,7 +140,7 @@ async def test_orphan_query_finds_new_and_released_never_live(
     ddb: DynamoDBClient, table: str, settings: Settings
 ) -> None:
     await add(ddb, table, "new", "released", "live", "stopped")
-    store = LeaseStore(ddb, settings)
+    store = ConnectionStore(ddb, settings)
     released = acquired(await store.acquire("released", "a")).lease
     assert await store.release(released, None)
     acquired(await store.acquire("live", "a"))
@@ -152,7 +153,7 @@ async def test_stopped_connection_renewal_says_stopped(
     ddb: DynamoDBClient, table: str, settings: Settings
 ) -> None:
     await add(ddb, table, "c1")
-    store = LeaseStore(ddb, settings)
+    store = ConnectionStore(ddb, settings)
     lease = acquired(await store.acquire("c1", "a")).lease
     await LeaseTableAdmin(ddb, table).stop("c1")
     assert isinstance(await store.renew(lease, timeout=1.0), Stopped)
@@ -163,7 +164,7 @@ async def test_removed_connection_renewal_is_lost(
     ddb: DynamoDBClient, table: str, settings: Settings
 ) -> None:
     await add(ddb, table, "c1")
-    store = LeaseStore(ddb, settings)
+    store = ConnectionStore(ddb, settings)
     lease = acquired(await store.acquire("c1", "a")).lease
     # Deleted behind the worker's back (`connections remove` refuses a held lease and keeps a tombstone).
     await ddb.delete_item(TableName=table, Key={"connection_id": {"S": "c1"}})
@@ -183,7 +184,7 @@ async def test_malformed_item_is_marked_failed_not_bounced(
             "last_seq": {"S": "not-a-number"},
         },
     )
-    store = LeaseStore(ddb, settings)
+    store = ConnectionStore(ddb, settings)
     assert await store.find_orphans(10) == ["broken"]
     result = await store.acquire("broken", "a")
     assert isinstance(result, Malformed)
@@ -195,7 +196,7 @@ async def test_malformed_item_is_marked_failed_not_bounced(
 
 async def test_lost_lease_state_is_terminal(ddb: DynamoDBClient, table: str, settings: Settings) -> None:
     await add(ddb, table, "c1")
-    lease = acquired(await LeaseStore(ddb, settings).acquire("c1", "a")).lease
+    lease = acquired(await ConnectionStore(ddb, settings).acquire("c1", "a")).lease
     now = time.monotonic()
     assert lease.is_valid(now)
     lease.lose("test")
@@ -212,7 +213,7 @@ async def test_unreachable_store_raises_typed_error_within_deadline(settings: Se
         region_name="us-east-1",
         config=LEASE_CLIENT_CONFIG,
     ) as client:
-        store = LeaseStore(client, settings, call_timeout=1.0)
+        store = ConnectionStore(client, settings, call_timeout=1.0)
         started = time.monotonic()
         with pytest.raises(StoreUnavailable):
             await store.find_orphans(10)
@@ -226,7 +227,7 @@ async def test_missing_table_is_a_typed_error(ddb: DynamoDBClient, settings: Set
 
 async def test_checkpoint_never_moves_backwards(ddb: DynamoDBClient, table: str, settings: Settings) -> None:
     await add(ddb, table, "c1")
-    store = LeaseStore(ddb, settings)
+    store = ConnectionStore(ddb, settings)
     lease = acquired(await store.acquire("c1", "w")).lease
     assert await store.checkpoint(lease, 10)
     # A reordered or retried write below the stored value: still ours, so success, and no regression.
@@ -254,17 +255,17 @@ async def test_acquire_whose_reply_is_lost_is_adopted(
         async with session.client(
             "dynamodb", endpoint_url=proxy.url, region_name="us-east-1", config=LEASE_CLIENT_CONFIG
         ) as slow_client:
-            store = LeaseStore(slow_client, settings, call_timeout=0.6)
+            store = ConnectionStore(slow_client, settings, call_timeout=0.6)
             proxy.latency = 0.4  # request delivered after 0.4 s, reply back after 0.8 s
             with pytest.raises(AcquireUncertain) as caught:
                 await store.acquire("c1", "w")
             proxy.latency = 0.0
             await asyncio.sleep(0.5)  # the delayed reply is discarded by the client
-            adopted = await LeaseStore(ddb, settings).resolve_uncertain(caught.value, "w")
+            adopted = await ConnectionStore(ddb, settings).resolve_uncertain(caught.value, "w")
     finally:
         await proxy.stop()
     assert adopted is not None, "the applied acquire must be adopted, not left orphaned"
-    item = await LeaseStore(ddb, settings).get("c1")
+    item = await ConnectionStore(ddb, settings).get("c1")
     assert item is not None and item.lease_owner == "w" and item.lease_epoch == adopted.lease.epoch == 1
     assert adopted.lease.valid_until <= caught.value.sent_at + settings.local_validity_seconds
 
@@ -275,7 +276,7 @@ async def test_uncertain_acquire_that_did_not_land_is_not_adopted(
     from leaseworker.lease.errors import AcquireUncertain
 
     await add(ddb, table, "c1")
-    store = LeaseStore(ddb, settings)
+    store = ConnectionStore(ddb, settings)
     other = acquired(await store.acquire("c1", "other")).lease
     uncertain = AcquireUncertain("lost", connection_id="c1", sent_at=time.monotonic(), expires_at_ms=1)
     assert await store.resolve_uncertain(uncertain, "w") is None

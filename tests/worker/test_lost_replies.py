@@ -12,10 +12,10 @@ import pytest
 from types_aiobotocore_dynamodb import DynamoDBClient
 
 from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.errors import AcquireUncertain
 from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.liveness import SessionValidity
-from leaseworker.lease.store import LeaseStore
 from leaseworker.settings import LeaseMode, Settings
 from leaseworker_dev.feed.server import FeedServer
 from tests.worker.harness import eventually, running
@@ -62,7 +62,7 @@ async def test_a_session_claim_whose_reply_is_lost_is_uncertain_and_read_back(
     validity = SessionValidity(settings)
     validity.heartbeat_succeeded(time.monotonic())
     leases = SessionLeases(
-        LeaseStore(ddb, settings),
+        ConnectionStore(ddb, settings),
         SessionHeldStore(client, settings, call_timeout=0.5),
         CheckpointStore(ddb, table),
         validity,

@@ -15,7 +15,7 @@ from dataclasses import replace
 from types_aiobotocore_dynamodb import DynamoDBClient
 
 from leaseworker.lease.admin import LeaseTableAdmin
-from leaseworker.lease.store import Acquired
+from leaseworker.lease.results import Acquired
 from leaseworker.notify import Hint, Notifier
 from leaseworker.settings import Settings
 from leaseworker.worker.main import build_worker

@@ -29,8 +29,10 @@ from leaseworker.lease.admin import (
     ReleaseTimeout,
     UnknownConnection,
 )
+from leaseworker.lease.connection_store import ConnectionStore
+from leaseworker.lease.dynamodb import now_ms
+from leaseworker.lease.results import Acquired, Lost
 from leaseworker.lease.session_store import SessionStore
-from leaseworker.lease.store import Acquired, LeaseStore, Lost, now_ms
 from leaseworker.lease.vocabulary import SESSION_HELD
 from leaseworker.settings import Settings
 from leaseworker_dev.feed.server import FeedServer
@@ -72,7 +74,7 @@ async def test_remove_then_add_keeps_the_epoch_rising(
     ddb: DynamoDBClient, table: str, settings: Settings
 ) -> None:
     admin = LeaseTableAdmin(ddb, table)
-    store = LeaseStore(ddb, settings)
+    store = ConnectionStore(ddb, settings)
     await admin.add("c1", URL)
     epochs: list[int] = []
     for _incarnation in range(3):
@@ -93,7 +95,7 @@ async def test_tombstone_is_invisible_to_workers_and_operators(
     ddb: DynamoDBClient, table: str, settings: Settings
 ) -> None:
     admin = LeaseTableAdmin(ddb, table)
-    store = LeaseStore(ddb, settings)
+    store = ConnectionStore(ddb, settings)
     await admin.add("gone", URL)
     await admin.add("kept", URL)
     assert await store.release(acquired(await store.acquire("gone", "a")).lease, None)
@@ -145,7 +147,7 @@ async def test_remove_refused_while_started(ddb: DynamoDBClient, table: str, set
     admin = LeaseTableAdmin(ddb, table)
     await admin.add("free", URL)
     await admin.add("held", URL)
-    acquired(await LeaseStore(ddb, settings).acquire("held", "w1"))
+    acquired(await ConnectionStore(ddb, settings).acquire("held", "w1"))
     with pytest.raises(NotRemovable) as free:
         await admin.remove("free")
     with pytest.raises(NotRemovable) as held:
@@ -162,7 +164,7 @@ async def test_remove_refused_while_stopped_but_still_owned(
     ddb: DynamoDBClient, table: str, settings: Settings
 ) -> None:
     admin = LeaseTableAdmin(ddb, table)
-    store = LeaseStore(ddb, settings)
+    store = ConnectionStore(ddb, settings)
     await admin.add("c1", URL)
     lease = acquired(await store.acquire("c1", "w1")).lease
     await admin.stop("c1")

@@ -16,8 +16,8 @@ from typing import Any, cast
 import pytest
 from types_aiobotocore_dynamodb import DynamoDBClient
 
+import leaseworker.lease.connection_store as store_module
 import leaseworker.lease.held_store as held_store_module
-import leaseworker.lease.store as store_module
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.batch_get import batch_get_items
 from leaseworker.lease.checkpoint_store import (
@@ -27,13 +27,15 @@ from leaseworker.lease.checkpoint_store import (
     effective_checkpoint,
     resume_seq,
 )
+from leaseworker.lease.connection_store import ConnectionStore
+from leaseworker.lease.dynamodb import now_ms
 from leaseworker.lease.errors import StoreRejected, StoreUnavailable
 from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.liveness import CONFIRMED, SUSPECTED, Observer, PeerState, live_worker_ids
 from leaseworker.lease.model import Lease
 from leaseworker.lease.rendezvous import rank
+from leaseworker.lease.results import Acquired, Lost
 from leaseworker.lease.session_store import VANISHED, Fenced, SessionStore
-from leaseworker.lease.store import Acquired, LeaseStore, Lost, now_ms
 from leaseworker.lease.vocabulary import INDEX_BY_OWNER, MAX_CURSOR_BYTES, MAX_ENTRIES_PER_ITEM, SESSION_HELD
 from leaseworker.settings import Settings, SettingsError
 
@@ -224,7 +226,7 @@ async def test_withdrawn_session_stays_listed_not_counted_and_its_connections_st
     verdicts = Observer("peer", 10.0).observe([listed], 0.0)
     assert verdicts[0].state is PeerState.WITHDRAWN
     # A withdrawal is not a fence: the connection is neither free nor claimable by owner + epoch.
-    assert await LeaseStore(ddb, held._settings).find_orphans(10) == []
+    assert await ConnectionStore(ddb, held._settings).find_orphans(10) == []
     assert await held.release(lease, 7)
     stored = await item(ddb, session_table, "c1")
     assert "lease_owner" not in stored and stored["last_seq"] == {"N": "7"}
@@ -247,7 +249,7 @@ async def test_session_held_connection_is_invisible_to_connection_mode_at_any_cl
     assert lease.epoch == 1 and lease.owner == "s1" and lease.ws_url == URL and lease.valid_until == VALID
     stored = await item(ddb, session_table, "held")
     assert stored["lease_expires_at_ms"] == {"N": str(SESSION_HELD)} and stored["lease_owner"] == {"S": "s1"}
-    connection_mode = LeaseStore(ddb, settings)
+    connection_mode = ConnectionStore(ddb, settings)
     # A connection-mode worker whose wall clock runs ten years fast still sees it as held.
     real_now = now_ms
     monkeypatch.setattr(store_module, "now_ms", lambda: real_now() + TEN_YEARS_MS)
@@ -268,7 +270,7 @@ async def test_claim_free_takes_an_expired_connection_mode_lease(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     await add(ddb, session_table, "c1")
-    old = acquired(await LeaseStore(ddb, settings).acquire("c1", "conn-worker"))
+    old = acquired(await ConnectionStore(ddb, settings).acquire("c1", "conn-worker"))
     assert isinstance(await held.claim_free("c1", "s1", valid_until=VALID), Lost)  # still live
     real_now = now_ms
     later = settings.lease_seconds * 1000 + settings.max_clock_skew_ms + 1
@@ -313,7 +315,7 @@ async def test_suspected_fence_never_takes_a_connection_mode_lease_confirmed_doe
     ddb: DynamoDBClient, held: SessionHeldStore, session_table: str, settings: Settings
 ) -> None:
     await add(ddb, session_table, "c1")
-    lease = acquired(await LeaseStore(ddb, settings).acquire("c1", "dead"))
+    lease = acquired(await ConnectionStore(ddb, settings).acquire("c1", "dead"))
     kwargs: dict[str, Any] = {"dead": "dead", "epoch": lease.epoch, "resume_seq": -1, "valid_until": VALID}
     assert isinstance(await held.claim_from_dead("c1", "me", **kwargs), Lost)
     taken = acquired(await held.claim_from_dead("c1", "me", confirmed=True, **kwargs))
@@ -385,7 +387,7 @@ async def test_owned_by_lists_a_workers_connections_with_epochs_through_the_inde
         )
     for cid in ids[:-1]:
         acquired(await held.claim_free(cid, "dead", valid_until=VALID))
-    acquired(await LeaseStore(ddb, settings).acquire(ids[-1], "dead"))
+    acquired(await ConnectionStore(ddb, settings).acquire(ids[-1], "dead"))
     await held.claim_free("other", "someone", valid_until=VALID)  # absent: not listed anywhere
     owned = await held.owned_by("dead")
     assert [o.connection_id for o in owned] == ids

@@ -19,9 +19,10 @@ from bench.simulator.memory_table import Database
 from bench.simulator.output import section
 from bench.simulator.scenario import SIZES, simulate
 from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.held_store import SessionHeldStore
+from leaseworker.lease.results import Acquired, Lost, Renewed
 from leaseworker.lease.session_store import SessionStore
-from leaseworker.lease.store import Acquired, LeaseStore, Lost, Renewed
 from leaseworker.settings import Settings
 
 URL = "ws://127.0.0.1:9/feeds/x"
@@ -81,7 +82,7 @@ class Metered:
 async def script(client: Any, table: str, settings: Settings) -> list[object]:
     """Real store calls: add, claim, a lost race, renew, checkpoint, list sessions, release."""
     await LeaseTableAdmin(client, table).add("c1", URL)
-    a = LeaseStore(client, settings)
+    a = ConnectionStore(client, settings)
     outcomes: list[object] = [await a.acquire("c1", "w1")]
     lost = await a.acquire("c1", "w2")
     assert isinstance(lost, Lost)

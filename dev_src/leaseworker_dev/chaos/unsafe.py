@@ -30,7 +30,7 @@ reads them. That entry point reads them once at start from the environment, neve
 cdk.json or the CDK context: LEASEWORKER_UNSAFE_TEST_ONLY_DISABLE=<comma list> is refused (the
 worker does not start) unless LEASEWORKER_UNSAFE_I_KNOW=yes is also set, and an active switch is
 logged at ERROR.
-The switches patch two named places (Settings.fence_margin_seconds, store.COND_CHECKPOINT) and
+The switches patch two named places (Settings.fence_margin_seconds, connection_store.COND_CHECKPOINT) and
 fail loudly if those ever move, so no production module carries a test branch.
 """
 
@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from leaseworker.lease import store
+from leaseworker.lease import connection_store
 from leaseworker.observability.logging import get_logger
 from leaseworker.settings import Settings, SettingsError
 
@@ -58,7 +58,7 @@ UNSAFE_EXTRA_VALIDITY_SECONDS: Final = 1_000_000.0  # ~11.6 days: "never" for an
 # The checkpoint condition with the fencing token (owner, epoch) and the monotonic clause made moot:
 # true for any existing item. It still names :me, :epoch and :seq, because DynamoDB refuses a
 # request whose ExpressionAttributeValues holds a value no expression uses.
-COND_CHECKPOINT_UNFENCED: Final = f"{store.COND_EXISTS} OR ({store.COND_CHECKPOINT})"
+COND_CHECKPOINT_UNFENCED: Final = f"{connection_store.COND_EXISTS} OR ({connection_store.COND_CHECKPOINT})"
 
 
 def requested(environ: Mapping[str, str]) -> frozenset[str]:
@@ -116,9 +116,11 @@ def _disable_self_fencing() -> None:
 
 
 def _disable_checkpoint_epoch() -> None:
-    if not hasattr(store, "COND_CHECKPOINT"):
-        raise RuntimeError("unsafe: lease.store.COND_CHECKPOINT is gone; update unsafe.py")
-    store.COND_CHECKPOINT = COND_CHECKPOINT_UNFENCED  # read at call time by LeaseStore.checkpoint
+    if not hasattr(connection_store, "COND_CHECKPOINT"):
+        raise RuntimeError("unsafe: lease.connection_store.COND_CHECKPOINT is gone; update unsafe.py")
+    connection_store.COND_CHECKPOINT = (
+        COND_CHECKPOINT_UNFENCED  # read at call time by ConnectionStore.checkpoint
+    )
 
 
 def _disable_lost_claim_resolution() -> None:

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from leaseworker.lease.attribute_values import error_code, purge_at, session_key
+from leaseworker.lease.dynamodb import CONDITION_FAILED, call_with_deadline, now_ms
 from leaseworker.lease.liveness import ABSENT
-from leaseworker.lease.store import CONDITION_FAILED, call_with_deadline, now_ms
 from leaseworker.lease.vocabulary import INDEX_BY_OWNER, TTL_ATTRIBUTE, WORKER_STATE
 
 if TYPE_CHECKING:

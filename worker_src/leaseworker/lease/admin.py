@@ -53,6 +53,7 @@ from leaseworker.lease.connection_writes import (
     feed_update,
     state_update,
 )
+from leaseworker.lease.dynamodb import CONDITION_FAILED, call_with_deadline, translate_client_error
 from leaseworker.lease.errors import TableMissing
 from leaseworker.lease.model import (
     DEFAULT_PROTOCOL,
@@ -71,11 +72,6 @@ from leaseworker.lease.removal import (
     Tombstone,
     remove_forced,
     try_remove,
-)
-from leaseworker.lease.store import (
-    CONDITION_FAILED,
-    call_with_deadline,
-    translate_client_error,
 )
 from leaseworker.lease.vocabulary import (
     BUDGET_KEY_PREFIX,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from leaseworker.lease.dynamodb import call_with_deadline
 from leaseworker.lease.errors import StoreUnavailable
-from leaseworker.lease.store import call_with_deadline
 
 if TYPE_CHECKING:
     from types_aiobotocore_dynamodb import DynamoDBClient

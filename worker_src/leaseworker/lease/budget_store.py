@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 from botocore.exceptions import ClientError
 
 from leaseworker.lease.attribute_values import failed_item, purge_at
-from leaseworker.lease.store import CONDITION_FAILED, call_with_deadline
+from leaseworker.lease.dynamodb import CONDITION_FAILED, call_with_deadline
 from leaseworker.lease.vocabulary import BUDGET_KEY_PREFIX, TTL_ATTRIBUTE
 
 if TYPE_CHECKING:

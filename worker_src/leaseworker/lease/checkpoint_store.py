@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from botocore.exceptions import ClientError
 
 from leaseworker.lease.attribute_values import checkpoint_key, failed_item, purge_at
-from leaseworker.lease.store import call_with_deadline, now_ms
+from leaseworker.lease.dynamodb import call_with_deadline, now_ms
 from leaseworker.lease.vocabulary import MAX_ENTRIES_PER_ITEM
 from leaseworker.settings import SettingsError
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from leaseworker.lease.dynamodb import now_ms
 from leaseworker.lease.model import NO_CHECKPOINT, STARTED, STOPPED
 from leaseworker.lease.removal import COND_LIVE
-from leaseworker.lease.store import now_ms
 
 TRANSACT_MAX: Final = 100  # DynamoDB's limit of items in one TransactWriteItems
 

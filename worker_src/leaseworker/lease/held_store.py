@@ -13,7 +13,7 @@ query (`expiry < now - skew`) never returns it, and holding it writes nothing pe
   max(), so the first attempt sets `last_seq = :resume` under `last_seq <= :resume`, and only if
   the item is already further does a second attempt claim without touching `last_seq`. The
   checkpoint therefore never moves backwards, and the common case is one write.
-- Release, record a failure, mark failed: connection mode's owner + epoch writes (LeaseStore).
+- Release, record a failure, mark failed: connection mode's owner + epoch writes (ConnectionStore).
   The item's `last_seq` equals the lease's `start_seq` while held (only claims and releases
   write it), so the release's `last_seq > start_seq` test keeps it moving only up.
 """
@@ -28,20 +28,11 @@ from botocore.exceptions import ClientError
 
 from leaseworker.lease.attribute_values import failed_item, number, text
 from leaseworker.lease.batch_get import batch_get_items
+from leaseworker.lease.connection_store import COND_ACQUIRE, ConnectionStore, cursor_names, cursor_value
+from leaseworker.lease.dynamodb import call_with_deadline, now_ms
 from leaseworker.lease.errors import AcquireUncertain, StoreThrottled, StoreUnavailable
 from leaseworker.lease.model import NO_CHECKPOINT, STARTED, ConnectionItem, Lease, MalformedItem
-from leaseworker.lease.store import (
-    COND_ACQUIRE,
-    Acquired,
-    AcquireResult,
-    LeaseStore,
-    Lost,
-    Malformed,
-    call_with_deadline,
-    cursor_names,
-    cursor_value,
-    now_ms,
-)
+from leaseworker.lease.results import Acquired, AcquireResult, Lost, Malformed
 from leaseworker.lease.vocabulary import INDEX_BY_OWNER, SESSION_HELD
 from leaseworker.settings import Settings
 
@@ -84,7 +75,7 @@ class SessionHeldStore:
         self._settings = settings
         self._table = settings.table_name
         self._call_timeout = call_timeout
-        self._leases = LeaseStore(client, settings, call_timeout=call_timeout)
+        self._leases = ConnectionStore(client, settings, call_timeout=call_timeout)
 
     async def claim_free(self, connection_id: str, me: str, *, valid_until: float) -> AcquireResult:
         """Claim a new, released or expired connection for the session valid until `valid_until`."""

@@ -15,10 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from leaseworker.lease.connection_store import ConnectionStore
+from leaseworker.lease.dynamodb import now_ms
 from leaseworker.lease.errors import AcquireUncertain, StoreError
 from leaseworker.lease.held_store import OwnedConnection, SessionHeldStore
 from leaseworker.lease.model import NO_CHECKPOINT, ConnectionItem, Lease, local_deadline
-from leaseworker.lease.store import Acquired, AcquireResult, LeaseStore, RenewResult, now_ms
+from leaseworker.lease.results import Acquired, AcquireResult, RenewResult
 from leaseworker.settings import LeaseMode, Settings
 
 
@@ -88,7 +90,7 @@ class ConnectionLeases:
 
     mode: LeaseMode = "connection"
 
-    def __init__(self, store: LeaseStore, held: SessionHeldStore, settings: Settings) -> None:
+    def __init__(self, store: ConnectionStore, held: SessionHeldStore, settings: Settings) -> None:
         self._store = store
         self._held = held
         self._settings = settings

@@ -19,12 +19,13 @@ from typing import Any
 
 from leaseworker.lease.attribute_values import PURGE_AFTER_SECONDS
 from leaseworker.lease.checkpoint_store import CheckpointStore
+from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.errors import AcquireUncertain, StoreError
 from leaseworker.lease.held_store import OwnedConnection, SessionHeldStore
 from leaseworker.lease.liveness import SessionValidity
 from leaseworker.lease.model import NO_CHECKPOINT, STARTED, STOPPED, ConnectionItem, Lease, MalformedItem
 from leaseworker.lease.ownership import Progress, RoundResult
-from leaseworker.lease.store import Acquired, AcquireResult, LeaseStore, Lost, Renewed
+from leaseworker.lease.results import Acquired, AcquireResult, Lost, Renewed
 from leaseworker.lease.vocabulary import INDEX_BY_STATE_EXPIRY, SESSION_HELD
 from leaseworker.settings import LeaseMode, Settings
 
@@ -37,7 +38,7 @@ class SessionLeases:
 
     def __init__(
         self,
-        store: LeaseStore,
+        store: ConnectionStore,
         held: SessionHeldStore,
         checkpoints: CheckpointStore,
         validity: SessionValidity,

@@ -55,9 +55,9 @@ from leaseworker.lease.attribute_values import (
 )
 from leaseworker.lease.batch_get import batch_get_items
 from leaseworker.lease.checkpoint_store import CheckpointStore
+from leaseworker.lease.dynamodb import CONDITION_FAILED, call_with_deadline, now_ms
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.liveness import CONFIRMED, SUSPECTED, SessionInfo
-from leaseworker.lease.store import CONDITION_FAILED, call_with_deadline, now_ms
 from leaseworker.lease.vocabulary import INDEX_BY_STATE_EXPIRY, WORKER_KEY_PREFIX, WORKER_STATE
 
 if TYPE_CHECKING:

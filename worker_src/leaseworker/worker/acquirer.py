@@ -31,7 +31,7 @@ from leaseworker.lease.balance import FleetView, fair_share, peers_with_room, un
 from leaseworker.lease.errors import AcquireUncertain, StoreError
 from leaseworker.lease.ownership import Ownership
 from leaseworker.lease.rendezvous import weight
-from leaseworker.lease.store import Acquired, AcquireResult, Lost, Malformed
+from leaseworker.lease.results import Acquired, AcquireResult, Lost, Malformed
 from leaseworker.observability.logging import get_logger
 from leaseworker.observability.metrics import MetricName, WorkerMetrics
 from leaseworker.observability.tracing import Tracing

@@ -22,12 +22,14 @@ from dataclasses import dataclass
 from leaseworker.lease.absent_owners import AbsentOwnerStore
 from leaseworker.lease.balance import FleetView
 from leaseworker.lease.checkpoint_store import CheckpointStore
+from leaseworker.lease.connection_store import ConnectionStore
+from leaseworker.lease.dynamodb import now_ms
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.liveness import CONFIRMED, SessionValidity
 from leaseworker.lease.ownership import Ownership
+from leaseworker.lease.results import Acquired
 from leaseworker.lease.session_store import Fenced, SessionStore
-from leaseworker.lease.store import Acquired, LeaseStore, now_ms
 from leaseworker.lease.vocabulary import SESSION_HELD
 from leaseworker.notify import Notifier
 from leaseworker.observability.logging import get_logger, log_context
@@ -58,7 +60,7 @@ class Coordination:
     """Everything the worker coordinates through: one store per item kind, and how it holds."""
 
     ownership: Ownership
-    leases: LeaseStore
+    leases: ConnectionStore
     sessions: SessionStore
     held: SessionHeldStore
     checkpoints: CheckpointStore

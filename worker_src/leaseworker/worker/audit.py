@@ -27,12 +27,13 @@ from __future__ import annotations
 import asyncio
 
 from leaseworker.lease.checkpoint_store import resume_seq
+from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.model import ConnectionItem, Lease, LeaseState, MalformedItem
 from leaseworker.lease.ownership import Ownership
+from leaseworker.lease.results import AcquireResult, Lost
 from leaseworker.lease.session_leases import SessionLeases
-from leaseworker.lease.store import AcquireResult, LeaseStore, Lost
 from leaseworker.observability.logging import get_logger
 from leaseworker.observability.metrics import MetricName, WorkerMetrics
 from leaseworker.settings import Settings
@@ -51,7 +52,7 @@ class Audit:
         self,
         *,
         held: SessionHeldStore,
-        leases: LeaseStore,
+        leases: ConnectionStore,
         ownership: Ownership,
         registry: Registry,
         acquirer: Acquirer,

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.model import STARTED, MalformedItem
 from leaseworker.lease.ownership import Ownership
-from leaseworker.lease.store import Lost
+from leaseworker.lease.results import Lost
 from leaseworker.notify import Hint
 from leaseworker.observability.logging import get_logger
 from leaseworker.worker.acquirer import Acquirer

@@ -35,7 +35,7 @@ RENEW_CONCURRENCY bounds them below the lease client's connection pool (64,
 `aws.lease_client_config`), so renewals never queue behind checkpoints at the pool.
 
 Pipelined renewals may land out of order; the store's renewal only moves the expiry forward
-(`store.COND_RENEW`), so an older one landing late never shortens what a newer one wrote.
+(`connection_store.COND_RENEW`), so an older one landing late never shortens what a newer one wrote.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ import time
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.model import renewal_timeout
 from leaseworker.lease.ownership import Ownership
-from leaseworker.lease.store import Lost, Renewed, Stopped
+from leaseworker.lease.results import Lost, Renewed, Stopped
 from leaseworker.observability.logging import get_logger
 from leaseworker.observability.metrics import WorkerMetrics
 from leaseworker.observability.tracing import Tracing

@@ -16,12 +16,12 @@ from leaseworker.health import HealthFile
 from leaseworker.lease.absent_owners import AbsentOwnerStore
 from leaseworker.lease.budget_store import BudgetStore
 from leaseworker.lease.checkpoint_store import CheckpointStore
+from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.liveness import SessionValidity
 from leaseworker.lease.ownership import ConnectionLeases, Ownership
 from leaseworker.lease.session_leases import SessionLeases
 from leaseworker.lease.session_store import SessionStore
-from leaseworker.lease.store import LeaseStore
 from leaseworker.notify import Hint, Notifier, notifications
 from leaseworker.observability.logging import configure_logging, get_logger
 from leaseworker.observability.metrics import DEFAULT_NAMESPACE, WorkerMetrics
@@ -133,7 +133,7 @@ class _LazySecretsClient:
 
 def coordination(ddb: DynamoDBClient, settings: Settings) -> Coordination:
     """One store per item kind, composed into the lease mode this worker holds by."""
-    leases = LeaseStore(ddb, settings)
+    leases = ConnectionStore(ddb, settings)
     held = SessionHeldStore(ddb, settings)
     checkpoints = CheckpointStore(ddb, settings.table_name)
     validity = SessionValidity(settings)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from leaseworker.lease.balance import PeerLoad
 from leaseworker.lease.checkpoint_store import CheckpointStore, resume_seq
+from leaseworker.lease.dynamodb import now_ms
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.held_store import OwnedConnection, SessionHeldStore
 from leaseworker.lease.liveness import (
@@ -40,8 +41,8 @@ from leaseworker.lease.liveness import (
 from leaseworker.lease.model import NO_CHECKPOINT
 from leaseworker.lease.ownership import Ownership
 from leaseworker.lease.rendezvous import claim_delay
+from leaseworker.lease.results import AcquireResult
 from leaseworker.lease.session_store import SessionStore
-from leaseworker.lease.store import AcquireResult, now_ms
 from leaseworker.observability.logging import get_logger
 from leaseworker.observability.metrics import WorkerMetrics
 from leaseworker.observability.tracing import Tracing

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.model import HAND_BACK_REASONS, Lease
 from leaseworker.lease.ownership import Ownership
-from leaseworker.lease.store import Acquired
+from leaseworker.lease.results import Acquired
 from leaseworker.notify import Notifier
 from leaseworker.observability.logging import get_logger
 from leaseworker.observability.metrics import MetricName

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import NoCredentialsError, PartialCredentialsError
 
+from leaseworker.lease.dynamodb import call_with_deadline
 from leaseworker.lease.errors import StoreError, StoreRejected, TableMissing
 from leaseworker.lease.model import STARTED
-from leaseworker.lease.store import call_with_deadline
 from leaseworker.lease.vocabulary import INDEX_BY_OWNER, INDEX_BY_STATE_EXPIRY, WORKER_KEY_PREFIX
 from leaseworker.settings import Settings
 from leaseworker.supervisor.process import EXIT_NOT_STARTED

@@ -1,4 +1,7 @@
-"""The DynamoDB lease store for `connection` mode (docs/design.md §2a).
+"""The connection items' store: claims, renewals, checkpoints and releases (docs/design.md §2a).
+
+Every connection item is written here, in both lease modes: connection mode renews each lease
+through it; session mode (lease/session_leases.py) claims and releases through it.
 
 Every write that acts on a lease is conditioned on owner and epoch; a lost race comes back as
 a value (`Lost`, `False`), while throttles and outages raise `StoreError` subclasses. Every
@@ -10,20 +13,24 @@ lease without a second read.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
+from leaseworker.lease.dynamodb import (
+    CONDITION_FAILED,
+    call_with_deadline,
+    error_code,
+    now_ms,
+    old_item,
+    translate_client_error,
+)
 from leaseworker.lease.errors import (
     AcquireUncertain,
-    StoreRejected,
     StoreThrottled,
     StoreUnavailable,
-    TableMissing,
 )
 from leaseworker.lease.model import (
     NO_CHECKPOINT,
@@ -33,6 +40,7 @@ from leaseworker.lease.model import (
     MalformedItem,
     local_deadline,
 )
+from leaseworker.lease.results import Acquired, AcquireResult, Lost, Malformed, Renewed, RenewResult, Stopped
 from leaseworker.lease.vocabulary import INDEX_BY_STATE_EXPIRY
 from leaseworker.settings import Settings
 
@@ -58,72 +66,10 @@ CURSOR_NAMES: Final = {"#cursor": "cursor"}  # CURSOR is a DynamoDB reserved wor
 COND_CHECKPOINT = f"{COND_HELD} AND (attribute_not_exists(last_seq) OR last_seq < :seq)"
 COND_EXISTS = "attribute_exists(connection_id)"
 
-CONDITION_FAILED = "ConditionalCheckFailedException"
-THROTTLE_CODES = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "TransactionInProgressException",
-    }
-)
-
-REJECTED_CODES = frozenset(
-    {
-        "ValidationException",
-        "AccessDeniedException",
-        "UnrecognizedClientException",
-        "ConditionalCheckFailedException",
-    }
-)
-
 T = TypeVar("T")
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class Acquired:
-    lease: Lease
-    previous: ConnectionItem | None  # the item before our write: who held it, when it expired
-
-
-@dataclass(frozen=True, slots=True)
-class Lost:
-    """Someone else won, or the connection is not acquirable (stopped, gone, live)."""
-
-    holder: str | None
-    epoch: int | None
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Malformed:
-    """We won the write but the item cannot be served; it has been marked failed."""
-
-    connection_id: str
-    reason: str
-
-
-AcquireResult = Acquired | Lost | Malformed
-
-
-@dataclass(frozen=True, slots=True)
-class Renewed:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class Stopped:
-    """We still own it, but an operator set desired_state = STOPPED: close and release."""
-
-
-RenewResult = Renewed | Lost | Stopped
-
-
-class LeaseStore:
+class ConnectionStore:
     """Conditional reads and writes of connection items, each with a deadline."""
 
     def __init__(self, client: DynamoDBClient, settings: Settings, *, call_timeout: float = 5.0) -> None:
@@ -162,7 +108,7 @@ class LeaseStore:
                 )
             )
         except ClientError as error:
-            if _code(error) != CONDITION_FAILED:
+            if error_code(error) != CONDITION_FAILED:
                 raise translate_client_error(error) from error
             lost = _lost_from(error, "not acquirable")
             if lost.holder != me:
@@ -248,9 +194,9 @@ class LeaseStore:
                 timeout=timeout,
             )
         except ClientError as error:
-            if _code(error) != CONDITION_FAILED:
+            if error_code(error) != CONDITION_FAILED:
                 raise translate_client_error(error) from error
-            old = _old_item(error)
+            old = old_item(error)
             if not _held_by(old, lease):
                 return _lost_from(error, "renewal refused")
             if old.get("desired_state", {}).get("S") != STARTED:
@@ -283,9 +229,9 @@ class LeaseStore:
                 )
             )
         except ClientError as error:
-            if _code(error) != CONDITION_FAILED:
+            if error_code(error) != CONDITION_FAILED:
                 raise translate_client_error(error) from error
-            return _held_by(_old_item(error), lease)
+            return _held_by(old_item(error), lease)
         return True
 
     async def release(self, lease: Lease, last_seq: int | None, cursor: str | None = None) -> bool:
@@ -421,56 +367,13 @@ class LeaseStore:
                 )
             )
         except ClientError as error:
-            if _code(error) == CONDITION_FAILED:
+            if error_code(error) == CONDITION_FAILED:
                 return False
             raise translate_client_error(error) from error
         return True
 
     async def _call(self, awaitable: Awaitable[T], *, timeout: float | None = None) -> T:
         return await call_with_deadline(awaitable, self._call_timeout if timeout is None else timeout)
-
-
-async def call_with_deadline(
-    awaitable: Awaitable[T], limit: float, *, passthrough: frozenset[str] = frozenset({CONDITION_FAILED})
-) -> T:
-    """Await one DynamoDB call under `limit` seconds, turning every failure into a typed error.
-
-    ClientErrors whose code is in `passthrough` (by default a lost condition: a race, which
-    callers turn into a value) are re-raised as they are.
-    """
-    try:
-        async with asyncio.timeout(limit):
-            return await awaitable
-    except TimeoutError:
-        raise StoreUnavailable(f"DynamoDB call exceeded its {limit:.2f} s deadline") from None
-    except ClientError as error:
-        if _code(error) in passthrough:
-            raise
-        raise translate_client_error(error) from error
-    except BotoCoreError as error:
-        raise StoreUnavailable(f"DynamoDB unreachable: {error}") from error
-
-
-def _code(error: ClientError) -> str:
-    return str(error.response.get("Error", {}).get("Code", ""))
-
-
-def translate_client_error(error: ClientError) -> Exception:
-    code = _code(error)
-    message = str(error.response.get("Error", {}).get("Message", code))
-    if code in THROTTLE_CODES:
-        return StoreThrottled(f"{code}: {message}")
-    if code == "ResourceNotFoundException":
-        return TableMissing(message)
-    if code in REJECTED_CODES:
-        return StoreRejected(f"{code}: {message}")
-    return StoreUnavailable(f"{code}: {message}")
-
-
-def _old_item(error: ClientError) -> dict[str, Any]:
-    # Present when the call set ReturnValuesOnConditionCheckFailure=ALL_OLD and the item exists.
-    item = cast(dict[str, Any], error.response).get("Item")
-    return dict(item) if isinstance(item, dict) else {}
 
 
 def _held_by(old: dict[str, Any], lease: Lease) -> bool:
@@ -481,7 +384,7 @@ def _held_by(old: dict[str, Any], lease: Lease) -> bool:
 
 
 def _lost_from(error: ClientError, reason: str) -> Lost:
-    old = _old_item(error)
+    old = old_item(error)
     if not old:
         return Lost(None, None, f"{reason}: no such connection")
     holder = old.get("lease_owner", {}).get("S")
