@@ -337,7 +337,8 @@ class SocketRun:
 
     async def _rotate(self, old: ClientConnection, old_adapter: SocketAdapter) -> tuple[Any, SocketAdapter]:
         """Make before break: the successor is subscribed before the old socket closes. If it
-        cannot be (it did not open, or its open steps failed), the old socket carries on."""
+        cannot be (it did not open, or its open steps failed), or a stop came before the switch,
+        the old socket carries on."""
         s = self.s
         limit = connect_budget.limit_of(s, self._display_url)
         if limit is not None and not await connect_budget.wait_for_token(s, limit, rotation=True):
@@ -347,16 +348,17 @@ class SocketRun:
             return old, old_adapter
         new, adapter, pending = successor
         await s.deliver()
+        if s.stop_requested.is_set():
+            # The closer closes whichever socket is current when a stop comes: here that was the
+            # old one. Keep it, so the session ends on it as on any stop (what it received is
+            # read and delivered first); the successor never became current, so close it here.
+            # No await between this check and the switch below: a later stop closes the successor.
+            await close_socket(new)
+            return old, old_adapter
         s.untrack_socket(old.transport)
         s.track_socket(new.transport)
         self._ws = s.current_ws = new
-        # A stop asked for before this switch closed the old socket only (the closer closes
-        # whichever socket is current when it wakes): the successor is closed here, or the
-        # stream would go on reading it and the session would never end.
-        stopped = s.stop_requested.is_set()
         await close_socket(old)
-        if stopped:
-            raise Stop(s.ending())
         self._overlap = dict(self._last_cursor)  # what the old socket delivered, per key
         logger.info("rotated the socket", extra={"url": self._display_url})
         return await self._perform(new, adapter, pending)
