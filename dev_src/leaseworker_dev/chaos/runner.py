@@ -33,7 +33,7 @@ from leaseworker_dev.chaos.throttle_proxy import FaultProxyThread
 from leaseworker_dev.chaos.unsafe import CONFIRM_VALUE, CONFIRM_VAR, DISABLE_VAR
 from leaseworker_dev.chaos.verdict import Evidence, Verdict, judge
 from leaseworker_dev.local.events import FENCE_PATH_S
-from leaseworker_dev.local.fleet import FAST, Fleet, Timings, poll_until
+from leaseworker_dev.local.fleet import FAST, WORKER_ENTRY, Fleet, Timings, poll_until
 from leaseworker_dev.local.invariants import read_events
 from leaseworker_dev.local.services import LOCAL_CREDENTIALS
 from leaseworker_dev.local.stream import read_arrivals_sync
@@ -143,7 +143,7 @@ class ChaosRun:
         if proxied:
             env["AWS_ENDPOINT_URL_DYNAMODB"] = self.proxy.url
             self._proxied = name
-        entry: tuple[str, ...] = ("leaseworker", "run")
+        entry = WORKER_ENTRY
         if self.config.unsafe:  # a negative control: only its own entry point applies it
             env.update({DISABLE_VAR: self.config.unsafe, CONFIRM_VAR: CONFIRM_VALUE})
             entry = (unsafe_worker.MODULE,)

@@ -118,9 +118,8 @@ def _disable_self_fencing() -> None:
 def _disable_checkpoint_epoch() -> None:
     if not hasattr(connection_store, "COND_CHECKPOINT"):
         raise RuntimeError("unsafe: lease.connection_store.COND_CHECKPOINT is gone; update unsafe.py")
-    connection_store.COND_CHECKPOINT = (
-        COND_CHECKPOINT_UNFENCED  # read at call time by ConnectionStore.checkpoint
-    )
+    # Read at call time by ConnectionStore.checkpoint.
+    connection_store.COND_CHECKPOINT = COND_CHECKPOINT_UNFENCED
 
 
 def _disable_lost_claim_resolution() -> None:

@@ -41,6 +41,7 @@ from leaseworker_dev.local.stream import read_arrivals_sync
 TABLE = DEFAULT_TABLE  # the worker's default table name
 
 _WORKER = Settings(worker_id="defaults")  # the worker's own defaults
+WORKER_ENTRY: tuple[str, ...] = ("leaseworker", "run")  # `python -m leaseworker run`: the product's command
 
 
 @dataclass(frozen=True)
@@ -337,7 +338,7 @@ class Fleet:
         name: str | None = None,
         *,
         extra_env: dict[str, str] | None = None,
-        entry: tuple[str, ...] = ("leaseworker", "run"),
+        entry: tuple[str, ...] = WORKER_ENTRY,
     ) -> WorkerProcess:
         """Start a worker as `python -m <entry>`: `leaseworker run` unless the chaos runner starts
         its negative-control entry point (chaos/unsafe_worker.py)."""

@@ -5,10 +5,8 @@ through it; session mode (lease/session_leases.py) claims and releases through i
 
 Every write that acts on a lease is conditioned on owner and epoch; a lost race comes back as
 a value (`Lost`, `False`), while throttles and outages raise `StoreError` subclasses. Every
-call runs under `asyncio.timeout` and the client's retries are bounded, so one call can never
-block for longer than the caller allows (a throttling storm held one botocore call for 48 s
-with standard retries). `ReturnValuesOnConditionCheckFailure=ALL_OLD` tells us who holds a
-lease without a second read.
+call has a deadline (lease/dynamodb.call_with_deadline). `ReturnValuesOnConditionCheckFailure=ALL_OLD`
+tells us who holds a lease without a second read.
 """
 
 from __future__ import annotations
