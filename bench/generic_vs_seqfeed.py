@@ -106,10 +106,11 @@ def generic_frame(cid: str, n: int) -> str:
 HEARTBEAT_FRAME: Final = '{"type":"heartbeat"}'
 
 
-def generic_config(base_url: str, rate: float) -> dict[str, Any]:
+def generic_config(base_url: str, rate: float, idle_timeout_s: float | None = None) -> dict[str, Any]:
     """The generic/1 config under test: unwrap, a monotonic cursor resumed in the URL, and one
-    classify rule. Compression off, as the upstream offers none (nor does seqfeed/1's)."""
-    return {
+    classify rule. Compression off, as the upstream offers none (nor does seqfeed/1's). With
+    `idle_timeout_s`, an idle timer as Coinbase's and Kraken's presets have (an adapter timer)."""
+    config: dict[str, Any] = {
         "protocol": "generic/1",
         "connect": {
             "url": f"{base_url}/generic/{{{{connection_id}}}}?rate={rate:g}"
@@ -119,6 +120,9 @@ def generic_config(base_url: str, rate: float) -> dict[str, Any]:
         "frames": {"unwrap": "/payload", "classify": [{"when": {"/type": "heartbeat"}, "action": "ignore"}]},
         "cursor": {"path": "/time_us", "order": "monotonic", "resume": {"in": "url", "inclusive": False}},
     }
+    if idle_timeout_s is not None:
+        config["keepalive"] = {"idle_timeout_s": idle_timeout_s}
+    return config
 
 
 # ----------------------------------------------------------------------------- the upstream
@@ -217,7 +221,9 @@ def upstream() -> Any:
 class _Held:
     """N ConnectionSessions of one protocol in this process, on leases that do not lapse."""
 
-    def __init__(self, protocol: str, base_url: str) -> None:
+    def __init__(
+        self, protocol: str, base_url: str, sink: Any = None, idle_timeout_s: float | None = None
+    ) -> None:
         import io
 
         from leaseworker.observability.metrics import WorkerMetrics
@@ -228,7 +234,8 @@ class _Held:
 
         self.protocol = protocol
         self.base_url = base_url
-        self.sink = NullSink()
+        self.idle_timeout_s = idle_timeout_s
+        self.sink = NullSink() if sink is None else sink
         self.deps = SessionDeps(
             settings=Settings(worker_id="p8"),
             sink=self.sink,
@@ -253,7 +260,7 @@ class _Held:
         )
         if self.protocol == "generic":
             lease.ws_url, lease.protocol = "", "generic/1"
-            lease.protocol_config = json.dumps(generic_config(self.base_url, rate))
+            lease.protocol_config = json.dumps(generic_config(self.base_url, rate, self.idle_timeout_s))
         return lease
 
     def warm(self) -> None:

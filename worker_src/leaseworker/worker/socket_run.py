@@ -14,7 +14,7 @@ import json
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
@@ -40,6 +40,7 @@ from leaseworker.protocol.adapter import (
 from leaseworker.worker import connect_budget, upstream
 from leaseworker.worker.backoff import ReconnectPacing, check_upstream_url, is_fatal
 from leaseworker.worker.batch import BATCH_LINGER_SECONDS, frame_size
+from leaseworker.worker.receive_deadline import DEADLINE, ReceiveDeadline
 from leaseworker.worker.rotation import close_socket, open_successor
 from leaseworker.worker.session import (
     ConnectionSession,
@@ -184,48 +185,55 @@ class SocketRun:
 
     async def _stream(self, ws: ClientConnection, adapter: SocketAdapter, refs: frozenset[str]) -> None:
         s = self.s
-        while True:
-            now = time.monotonic()
-            timeout = s.batch.linger_left() if s.batch else math.inf
-            timer = adapter.next_timer()
-            if timer is not None:
-                timeout = min(timeout, timer - now)
-            try:
-                if timeout == math.inf:
-                    raw = await ws.recv()
-                else:
-                    async with asyncio.timeout(max(0.0, timeout)):
-                        raw = await ws.recv()
-            except TimeoutError:
-                now = time.monotonic()
+        receiving = ReceiveDeadline()  # one lazily moved timer, not one per frame
+        try:
+            while True:
+                deadline = s.batch.first_at + BATCH_LINGER_SECONDS if s.batch else math.inf
                 timer = adapter.next_timer()
-                if timer is not None and now >= timer:
-                    ws, adapter = await self._perform(ws, adapter, adapter.on_timer(now, _wall_ms()))
-                if s.batch and s.batch.linger_left() <= 0:
-                    self._linger = len(s.batch) > 1
+                if timer is not None and timer < deadline:
+                    deadline = timer
+                try:
+                    raw = await (ws.recv() if deadline == math.inf else receiving.receive(ws, deadline))
+                except ConnectionClosed as closed:
                     await s.deliver()
-                continue
-            except ConnectionClosed as closed:
-                await s.deliver()
-                broken = upstream.protocol_close(closed)
-                if broken is not None:
-                    s.deps.metrics.count(MetricName.ProtocolErrors)
-                    logger.warning("protocol error; resubscribing", extra={"error": broken})
-                    raise _Ended(f"protocol error: {broken}", True) from None
-                code = closed.rcvd.code if closed.rcvd is not None else None
-                reason = closed.rcvd.reason if closed.rcvd is not None else "no close frame"
-                actions = [
-                    Reconnect(f"upstream closed: {closed}", a.kind, a.next_open)
-                    if isinstance(a, Reconnect) and a.kind == "closed"
-                    else a
-                    for a in adapter.on_close(code, reason, _wall_ms())
-                ]
-                await self._perform(ws, adapter, actions)
-                raise _Ended(f"upstream closed: {closed}", False) from None
-            size = frame_size(raw) if isinstance(raw, str) else len(raw)
-            ws, adapter = await self._perform(
-                ws, adapter, adapter.on_frame(raw, time.monotonic(), _wall_ms()), size
-            )
+                    await self._closed(ws, adapter, closed)
+                if raw is DEADLINE:
+                    now = time.monotonic()
+                    timer = adapter.next_timer()
+                    if timer is not None and now >= timer:
+                        ws, adapter = await self._perform(ws, adapter, adapter.on_timer(now, _wall_ms()))
+                    if s.batch and s.batch.linger_left() <= 0:
+                        self._linger = len(s.batch) > 1
+                        await s.deliver()
+                    continue
+                assert isinstance(raw, (str, bytes))
+                size = frame_size(raw) if isinstance(raw, str) else len(raw)
+                ws, adapter = await self._perform(
+                    ws, adapter, adapter.on_frame(raw, time.monotonic(), _wall_ms()), size
+                )
+        finally:
+            receiving.close()
+
+    async def _closed(
+        self, ws: ClientConnection, adapter: SocketAdapter, closed: ConnectionClosed
+    ) -> NoReturn:
+        """The socket closed under a receive: a protocol error, or the adapter's reading of the close."""
+        s = self.s
+        broken = upstream.protocol_close(closed)
+        if broken is not None:
+            s.deps.metrics.count(MetricName.ProtocolErrors)
+            logger.warning("protocol error; resubscribing", extra={"error": broken})
+            raise _Ended(f"protocol error: {broken}", True) from None
+        code = closed.rcvd.code if closed.rcvd is not None else None
+        reason = closed.rcvd.reason if closed.rcvd is not None else "no close frame"
+        actions = [
+            Reconnect(f"upstream closed: {closed}", a.kind, a.next_open)
+            if isinstance(a, Reconnect) and a.kind == "closed"
+            else a
+            for a in adapter.on_close(code, reason, _wall_ms())
+        ]
+        await self._perform(ws, adapter, actions)
+        raise _Ended(f"upstream closed: {closed}", False) from None
 
     async def _perform(
         self, ws: ClientConnection | None, adapter: SocketAdapter, actions: Sequence[Action], size: int = 0
