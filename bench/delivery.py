@@ -78,8 +78,11 @@ class _Bare:
     async def _one(self, index: int, rate: float) -> None:
         from websockets.asyncio.client import connect
 
+        from leaseworker.worker.upstream import MAX_QUEUE_FRAMES
+
         url = f"{self.base_url}/generic/p5-bare-{index:05d}?rate={rate:g}"
-        async with connect(url, compression=None, max_size=None) as ws:
+        # The worker's receive settings (worker/upstream.py), so only the work after recv differs.
+        async with connect(url, compression=None, max_size=2**20, max_queue=MAX_QUEUE_FRAMES) as ws:
             self.started += 1
             async for _ in ws:
                 self.count += 1
@@ -106,6 +109,10 @@ class _Bare:
 
 async def _consumer_main(args: argparse.Namespace) -> dict[str, Any]:
     raise_open_files(2 * args.connections + 1024)
+    if args.max_queue is not None:  # a candidate: the receive queue's high-water mark
+        from leaseworker.worker import upstream as worker_upstream
+
+        worker_upstream.MAX_QUEUE_FRAMES = args.max_queue  # type: ignore[misc]
     if args.kind == "bare":
         held: Any = _Bare(args.url)
     else:
@@ -163,6 +170,7 @@ class Variant:
     kind: str  # bare | worker
     loop: str = "asyncio"
     code: str | None = None  # another checkout's root: its worker_src first on sys.path
+    max_queue: int | None = None  # worker/upstream.py MAX_QUEUE_FRAMES (None: as shipped)
 
 
 def _measure(
@@ -179,6 +187,7 @@ def _measure(
             "--settle", str(config.settle_s), "--window", str(config.window_s),
             "--connect-timeout", str(config.connect_timeout_s), "--sink-dir", sink_dir,
             *(["--idle-timeout", str(idle)] if idle is not None else []),
+            *(["--max-queue", str(variant.max_queue)] if variant.max_queue is not None else []),
         ]  # fmt: skip
         limit = config.connect_timeout_s + config.settle_s + config.window_s + 60
         done = subprocess.run(
@@ -260,8 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     consume.add_argument("--sink-dir", required=True)
     consume.add_argument("--profile-out", help="cProfile the window into this file")
     consume.add_argument("--idle-timeout", type=float, help="the generic/1 config's keepalive.idle_timeout_s")
+    consume.add_argument("--max-queue", type=int, help="worker/upstream.py MAX_QUEUE_FRAMES for this run")
     parser.add_argument("--mode", choices=sorted(CONFIGS), default="quick")
-    parser.add_argument("--candidates", default="", help="comma-separated: uvloop, bare-uvloop")
+    parser.add_argument("--candidates", default="", help="comma-separated: uvloop, max-queue-N, bare-uvloop")
     parser.add_argument("--before", help="a checkout of the code to compare with (its root)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--repeats", type=int, help="runs per variant and traffic (the mode's by default)")
@@ -281,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     for candidate in filter(None, args.candidates.split(",")):
         if candidate == "uvloop":
             variants.append(Variant("worker + uvloop", "worker", loop="uvloop"))
+        elif candidate.startswith("max-queue-"):
+            size = int(candidate.removeprefix("max-queue-"))
+            variants.append(Variant(f"worker, max_queue {size}", "worker", max_queue=size))
         elif candidate == "bare-uvloop":
             variants.append(Variant("bare + uvloop", "bare", loop="uvloop"))
         else:

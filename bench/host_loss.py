@@ -26,8 +26,17 @@ from bench.fleet_run import FULL, run_design
 from bench.model import totals
 
 SETTINGS: Final = {
-    "default": replace(SESSION, name="session, lease 20 s / heartbeat 5 s (defaults)", scale=1.0),
-    "fast": replace(SESSION, name="session, lease 6 s / heartbeat 2 s", lease=6.0, heartbeat=2.0, scale=1.0),
+    "default": replace(
+        SESSION, name="session-lease20-hb5", note="the defaults: lease 20 s, heartbeat 5 s", scale=1.0
+    ),
+    "fast": replace(
+        SESSION,
+        name="session-lease6-hb2",
+        note="lease 6 s, heartbeat 2 s",
+        lease=6.0,
+        heartbeat=2.0,
+        scale=1.0,
+    ),
 }
 HEADER: Final = (
     "| setting | n | p50 (s) | p99 (s) | max (s) | not resubscribed | $/month, 2,000 on 4 | invariants |"
@@ -41,7 +50,7 @@ def measure(design: Design) -> dict[str, Any]:
     result |= {"connections": FULL.connections, "workers": FULL.workers}
     cost = totals(result, 2000, 4)
     return {
-        "setting": design.name,
+        "setting": design.note,
         "lease_s": design.lease,
         "heartbeat_s": design.heartbeat,
         "host_loss": result["takeover_kill"],
