@@ -27,8 +27,12 @@ def test_process_capacity_tiny_holds_every_connection_and_delivers(tmp_path: Pat
         for step in [*ramp["steps"], ramp["dense"]]:
             assert step["all_subscribed"]
             assert step["held_feed"] == step["connections"]
-            assert step["msgs_per_s_wall"] > 0 and step["msgs_per_cpu_s"] > 0
-            assert step["rss_bytes"] > 0 and step["cores"]["worker"] > 0
+            assert step["msgs_per_s_wall"] > 0 and step["rss_bytes"] > 0
+            # CPU time is counted in clock ticks (10 ms): a tiny step's worker may use less than one
+            # in its window (on uvloop, 25 msg/s for 2.5 s did), and then reads 0 cores and 0 msgs/s
+            # per core. The dense step (500 msg/s) always uses several.
+            assert step["msgs_per_cpu_s"] > 0 or step["cores"]["worker"] == 0
+        assert ramp["dense"]["msgs_per_cpu_s"] > 0 and ramp["dense"]["cores"]["worker"] > 0
     lines = process_capacity.section(results)
     assert lines[0].startswith("## P5") and any("msgs/s per core" in line for line in lines)
     rss_plot(results, tmp_path / "rss.png")

@@ -119,6 +119,11 @@ class SigStop(Base):
 
 
 def _terminate(chaos: Chaos, worker: str, nemesis: str) -> None:
+    # A graceful handoff is measured from a worker that has started (its session item written).
+    # A SIGTERM within its first second, while the interpreter still imports and before any
+    # handler is installed, ends it with -15 holding nothing: a start-up race, not a handoff
+    # (seen once: a scale_out's worker SIGTERMed 0.86 s after its start).
+    _wait_until_up(chaos, worker)
     held = chaos.held_by(worker)
     at = _terminate_signal(chaos, worker)
     chaos.measures.append(Measure(nemesis, "L2", at, worker, held, expect_exit=EXIT_OK))
