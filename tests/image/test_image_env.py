@@ -190,17 +190,6 @@ def test_the_development_package_is_absent(image_env: ImageEnv) -> None:
     print(f"\nimage package: {lines} lines of Python")
 
 
-def test_the_worker_runs_on_uvloop_in_the_image(image_env: ImageEnv) -> None:
-    """uvloop is a product dependency (issue 25, worker/event_loop.py): the image installs it from
-    requirements.txt, and the worker's loop comes from it."""
-    probe = (
-        "from leaseworker.worker.event_loop import new_event_loop; print(type(new_event_loop()).__module__)"
-    )
-    done = image_env.run(image_env.python, "-c", probe)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().startswith("uvloop"), done.stdout
-
-
 def test_a_bad_setting_is_one_line(image_env: ImageEnv) -> None:
     line = one_line(image_env.run(image_env.leaseworker, "run", LEASE_SECONDS="abc"))
     assert line == "error: invalid LEASE_SECONDS='abc': must be a number", line

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import click
@@ -60,18 +60,10 @@ def check_wait_seconds(wait_seconds: float) -> None:
         raise CliUsageError(f"invalid --wait {wait_seconds!r}: must be a finite number of seconds > 0")
 
 
-def run_async(
-    coro: Coroutine[Any, Any, T],
-    *,
-    table: str | None = None,
-    endpoint: str | None = None,
-    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
-) -> T:
-    """Run `coro` (on a loop from `loop_factory`, asyncio's by default), translating known failures
-    into CliError."""
+def run_async(coro: Coroutine[Any, Any, T], *, table: str | None = None, endpoint: str | None = None) -> T:
+    """Run `coro`, translating known failures into CliError."""
     try:
-        with asyncio.Runner(loop_factory=loop_factory) as runner:
-            return runner.run(coro)
+        return asyncio.run(coro)
     except Exception as error:
         translated = translate(error, table=table, endpoint=endpoint)
         if translated is None:

@@ -58,10 +58,7 @@ def run(
     """
     target = resolve_target(ctx, table, endpoint_url)
     if child:
-        from leaseworker.worker.event_loop import new_event_loop
-
-        where = {"table": target.table, "endpoint": target.endpoint_url}
-        run_async(_run(sink, worker_id), **where, loop_factory=new_event_loop)
+        run_async(_run(sink, worker_id), table=target.table, endpoint=target.endpoint_url)
         return
     settings = _validated(sink, worker_id, table=target.table, endpoint=target.endpoint_url)
     # The child reads the same environment; these two are decided here, once.
