@@ -46,8 +46,13 @@ class Batch:
     def full(self) -> bool:
         return len(self.records) >= BATCH_MAX_RECORDS or self.size >= BATCH_MAX_BYTES
 
+    @property
+    def linger_deadline(self) -> float:
+        """When the batch's linger ends (time.monotonic); meaningful while it holds a record."""
+        return self.first_at + BATCH_LINGER_SECONDS
+
     def linger_left(self) -> float:
-        return self.first_at + BATCH_LINGER_SECONDS - time.monotonic()
+        return self.linger_deadline - time.monotonic()
 
     def clear(self) -> None:
         self.records = []

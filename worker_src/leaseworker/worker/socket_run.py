@@ -188,7 +188,7 @@ class SocketRun:
         receiving = ReceiveDeadline()  # one lazily moved timer, not one per frame
         try:
             while True:
-                deadline = s.batch.first_at + BATCH_LINGER_SECONDS if s.batch else math.inf
+                deadline = s.batch.linger_deadline if s.batch else math.inf
                 timer = adapter.next_timer()
                 if timer is not None and timer < deadline:
                     deadline = timer
