@@ -98,9 +98,20 @@ def _check_deadline(transport: asyncio.WriteTransport) -> None:
         raise SendDeadlinePassed("send deadline passed: the request was dropped, never sent late")
 
 
+class UnguardedTransport(RuntimeError):
+    """A transport whose writes cannot be made to check SEND_DEADLINE: it was aborted unused."""
+
+
 def _guard_writes(transport: asyncio.BaseTransport) -> None:
-    """Make this transport's write and writelines check SEND_DEADLINE first."""
+    """Make this transport's write and writelines check SEND_DEADLINE first.
+
+    A transport that cannot take the guard is refused, never used unguarded: a write on it could
+    start past its lease (point 3). Seen with uvloop, whose compiled TCPTransport is no
+    asyncio.WriteTransport and has a read-only `write`; the guard used to skip it in silence, and
+    a paused child's PutRecords landed after the takeover (tests/system/test_fast_takeover.py).
+    """
     if not isinstance(transport, asyncio.WriteTransport):
+        _refuse(transport, "it is not an asyncio.WriteTransport")
         return
     write, writelines = transport.write, transport.writelines
 
@@ -114,8 +125,21 @@ def _guard_writes(transport: asyncio.BaseTransport) -> None:
 
     # Instance attributes shadow the class's methods for this one connection, on purpose: aiohttp
     # calls transport.write/writelines, and there is no hook between them and the socket.
-    transport.write = checked_write  # type: ignore[method-assign]
-    transport.writelines = checked_writelines  # type: ignore[method-assign,assignment]
+    try:
+        transport.write = checked_write  # type: ignore[method-assign]
+        transport.writelines = checked_writelines  # type: ignore[method-assign,assignment]
+    except AttributeError:
+        _refuse(transport, "its write methods are read-only")
+
+
+def _refuse(transport: asyncio.BaseTransport, why: str) -> None:
+    """Abort the connection before anything is written, and say so loudly."""
+    abort = getattr(transport, "abort", None)
+    (abort if callable(abort) else transport.close)()
+    raise UnguardedTransport(
+        f"{type(transport).__qualname__}: {why}, so the send deadline cannot be enforced on it;"
+        " the connection was aborted before any write (docs/design.md §2d)"
+    )
 
 
 # Futures of aborted connections whose socket is not closed yet (asyncio closes it one loop
@@ -140,8 +164,10 @@ class AbortOnCloseHandler(ResponseHandler):
     nothing is written past the request's send deadline (point 3 above)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        _guard_writes(transport)
-        super().connection_made(transport)
+        try:
+            _guard_writes(transport)
+        finally:
+            super().connection_made(transport)  # a refused one is then lost the usual way
 
     def close(self) -> None:
         if self.transport is not None and not self._connection_lost_called:
