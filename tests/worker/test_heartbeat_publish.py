@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 from leaseworker.lease.liveness import SessionValidity
+from leaseworker.lease.ownership import ConnectionLeases
 from leaseworker.observability.tracing import Tracing
 from leaseworker.settings import Settings
 from leaseworker.worker.heartbeat import SessionHeartbeat
@@ -29,6 +30,7 @@ class CountingSessions:
 def heartbeat(sessions: CountingSessions, settings: Settings) -> SessionHeartbeat:
     return SessionHeartbeat(
         sessions=sessions,  # type: ignore[arg-type]  # only heartbeat() is called
+        ownership=ConnectionLeases(None, None, settings),  # type: ignore[arg-type]  # no lease held
         registry=Registry(),
         validity=SessionValidity(settings),
         settings=settings,

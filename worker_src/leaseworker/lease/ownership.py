@@ -6,12 +6,20 @@ epoch it holds. Two implementations: `ConnectionLeases` (docs/design.md §2a, a 
 renewed every heartbeat) and `SessionLeases` (§2b, in session_leases.py: connections held by the
 worker's session item). The session item itself (§2.0) is the same in both modes and is not
 part of this interface.
+
+The lease mode is chosen once, when the worker builds its Ownership (worker/main.py), and no
+other module tests it: what differs between the modes is asked of the Ownership. That is which
+leases a checkpoint round writes and how (one write per advanced lease, or one batched write),
+whether a session heartbeat extends the leases, whether a lease lost to us locally is handed
+back, whether an unreleased lease may be left to expire, and whether the keeper loop renews
+each lease on its own schedule.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -22,6 +30,10 @@ from leaseworker.lease.held_store import OwnedConnection, SessionHeldStore
 from leaseworker.lease.model import NO_CHECKPOINT, ConnectionItem, Lease, local_deadline
 from leaseworker.lease.results import Acquired, AcquireResult, RenewResult
 from leaseworker.settings import LeaseMode, Settings
+
+# Connection mode's checkpoint writes in flight at once: well below the lease client's pool
+# (aws.lease_client_config), so renewals never queue behind a round of checkpoints.
+CHECKPOINT_CONCURRENCY = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +57,25 @@ class RoundResult:
 
 
 class Ownership(Protocol):
-    mode: LeaseMode
+    mode: LeaseMode  # for logs and the session item only: behaviour is asked of the methods below
+    renews_each_lease: bool  # the keeper loop (worker/keeper.py) renews every lease on its own
+
+    def checkpoint_scope(self, live: Sequence[Progress], lapsed: Sequence[Progress]) -> list[Progress]:
+        """The leases a checkpoint round writes, from the live ones and the lapsed ones (lost to
+        us locally, not handed back yet): empty when no write is due."""
+        ...
+
+    def heartbeat_landed(self, leases: Iterable[Lease]) -> None:
+        """A session heartbeat succeeded: move these live leases' local deadlines as it allows."""
+        ...
+
+    def hands_back(self, lease: Lease) -> bool:
+        """This lost lease may still be held in the table by us: hand it back (worker/settle.py)."""
+        ...
+
+    def left_to_expire(self, lease: Lease, now: float) -> bool:
+        """A release of this lease that did not land may be given up: the table's lease runs out."""
+        ...
 
     async def find_claimable(self, limit: int) -> list[str]: ...
 
@@ -89,12 +119,27 @@ class ConnectionLeases:
     """`connection` mode: one lease per connection item, each renewed every heartbeat."""
 
     mode: LeaseMode = "connection"
+    renews_each_lease = True
 
     def __init__(self, store: ConnectionStore, held: SessionHeldStore, settings: Settings) -> None:
         self._store = store
         self._held = held
         self._settings = settings
         self._me = settings.worker_id
+        self._gate = asyncio.Semaphore(CHECKPOINT_CONCURRENCY)
+
+    def checkpoint_scope(self, live: Sequence[Progress], lapsed: Sequence[Progress]) -> list[Progress]:
+        """Each advanced lease on its own. A lapsed lease's item expires by itself."""
+        return [entry for entry in live if entry.advanced]
+
+    def heartbeat_landed(self, leases: Iterable[Lease]) -> None:
+        """Nothing: each lease is extended by its own renewal (the keeper)."""
+
+    def hands_back(self, lease: Lease) -> bool:
+        return False  # a lease of ours that we lost expires in the table by itself
+
+    def left_to_expire(self, lease: Lease, now: float) -> bool:
+        return not lease.is_valid(now)
 
     async def find_claimable(self, limit: int) -> list[str]:
         return await self._store.find_orphans(limit)
@@ -141,18 +186,22 @@ class ConnectionLeases:
         return await self._store.renew(lease, timeout=timeout)
 
     async def checkpoint_round(self, progress: Sequence[Progress]) -> RoundResult:
-        """One conditional write per advanced lease (the caller bounds the concurrency)."""
+        """One conditional write per advanced lease, at most CHECKPOINT_CONCURRENCY at once."""
         recorded: set[str] = set()
         lost: set[str] = set()
-        for entry in progress:
-            if not entry.advanced:
-                continue
-            cid = entry.lease.connection_id
-            try:
-                ok = await self._store.checkpoint(entry.lease, entry.delivered_seq, entry.cursor)
-            except StoreError:
-                continue
-            (recorded if ok else lost).add(cid)
+
+        async def one(entry: Progress) -> None:
+            async with self._gate:
+                try:
+                    ok = await self._store.checkpoint(entry.lease, entry.delivered_seq, entry.cursor)
+                except StoreError:
+                    return
+            (recorded if ok else lost).add(entry.lease.connection_id)
+
+        async with asyncio.TaskGroup() as group:
+            for entry in progress:
+                if entry.advanced:
+                    group.create_task(one(entry))
         return RoundResult(frozenset(recorded), frozenset(lost))
 
     async def stopped_held(self) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from leaseworker.lease.attribute_values import PURGE_AFTER_SECONDS
@@ -23,7 +23,15 @@ from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.errors import AcquireUncertain, StoreError
 from leaseworker.lease.held_store import OwnedConnection, SessionHeldStore
 from leaseworker.lease.liveness import SessionValidity
-from leaseworker.lease.model import NO_CHECKPOINT, STARTED, STOPPED, ConnectionItem, Lease, MalformedItem
+from leaseworker.lease.model import (
+    HAND_BACK_REASONS,
+    NO_CHECKPOINT,
+    STARTED,
+    STOPPED,
+    ConnectionItem,
+    Lease,
+    MalformedItem,
+)
 from leaseworker.lease.ownership import Progress, RoundResult
 from leaseworker.lease.results import Acquired, AcquireResult, Lost, Renewed
 from leaseworker.lease.vocabulary import INDEX_BY_STATE_EXPIRY, SESSION_HELD
@@ -35,6 +43,7 @@ CHECKPOINT_REFRESH_SECONDS = PURGE_AFTER_SECONDS / 4
 
 class SessionLeases:
     mode: LeaseMode = "session"
+    renews_each_lease = False  # the session heartbeat renews them all at once
 
     def __init__(
         self,
@@ -51,6 +60,27 @@ class SessionLeases:
         self._settings = settings
         self._me = settings.worker_id
         self._written_at = -math.inf  # monotonic: our last checkpoint write that landed
+
+    def checkpoint_scope(self, live: Sequence[Progress], lapsed: Sequence[Progress]) -> list[Progress]:
+        """Every lease whose item still names us, advanced or not: the write replaces the whole
+        map, and the entry is a lease's only fresh checkpoint until its release or hand-back
+        lands. That covers releasing leases (a release that does not land must not leave the
+        successor only the claim-time last_seq: review 2026-12-05, C2) and lapsed ones.
+        Whether the write is due is checkpoint_round's call (it also refreshes the TTL, C3)."""
+        return [*live, *lapsed]
+
+    def heartbeat_landed(self, leases: Iterable[Lease]) -> None:
+        """Every session-held lease shares the session's deadline, just moved forward."""
+        for lease in leases:
+            lease.extend_to(self._validity.valid_until)
+
+    def hands_back(self, lease: Lease) -> bool:
+        """Lost to us (our own deadline, an upstream's stale_epoch) while the item may still name
+        our session, which never expires: handed back, conditional on owner and epoch."""
+        return lease.end_reason in HAND_BACK_REASONS
+
+    def left_to_expire(self, lease: Lease, now: float) -> bool:
+        return False  # a session-held item never expires: "left to expire" would strand it (B)
 
     def _valid_until(self) -> float | None:
         return self._validity.valid_until if self._validity.is_valid(time.monotonic()) else None

@@ -100,6 +100,7 @@ class Worker:
         self._hints_task: asyncio.Task[None] | None = None
         self._heartbeat = SessionHeartbeat(
             sessions=coordination.sessions,
+            ownership=ownership,
             registry=self._registry,
             validity=coordination.validity,
             settings=self._settings,
@@ -205,7 +206,7 @@ class Worker:
                         sample=self._sample,
                     ),
                 ]
-                if self._settings.lease_mode == "connection":
+                if self._ownership.renews_each_lease:
                     loops.append(self._keeper.run(self._loops_done))
                 tasks = [group.create_task(loop) for loop in loops]
                 if self._notifications is not None:

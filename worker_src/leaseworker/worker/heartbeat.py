@@ -39,6 +39,7 @@ from collections.abc import Callable
 
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.liveness import SessionValidity, session_deadline
+from leaseworker.lease.ownership import Ownership
 from leaseworker.lease.session_store import Fenced, SessionStore
 from leaseworker.observability.logging import get_logger
 from leaseworker.observability.tracing import Tracing
@@ -59,6 +60,7 @@ class SessionHeartbeat:
         self,
         *,
         sessions: SessionStore,
+        ownership: Ownership,
         registry: Registry,
         validity: SessionValidity,
         settings: Settings,
@@ -68,6 +70,7 @@ class SessionHeartbeat:
         task_arn: str | None = None,
     ) -> None:
         self._sessions = sessions
+        self._ownership = ownership
         self._registry = registry
         self._validity = validity
         self._settings = settings
@@ -183,9 +186,7 @@ class SessionHeartbeat:
             return False
         self.beats += 1
         self._validity.heartbeat_succeeded(sent_at)
-        if settings.lease_mode == "session":
-            for owned in self._registry.live():
-                owned.lease.extend_to(self._validity.valid_until)
+        self._ownership.heartbeat_landed(owned.lease for owned in self._registry.live())
         if self._on_beat is not None:
             self._on_beat()
         return True

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leaseworker.lease.model import DEADLINE_PASSED, NO_CHECKPOINT, Lease, LeaseState
+from leaseworker.lease.ownership import Progress
 from leaseworker.lease.vocabulary import MAX_CURSOR_BYTES
 from leaseworker.no_linger import send_deadline
 from leaseworker.observability.logging import get_logger, log_context
@@ -131,6 +132,15 @@ class ConnectionSession:
             self.lease.state = LeaseState.RELEASING
             self.lease.end_reason = reason
         self.stop_requested.set()
+
+    @property
+    def progress(self) -> Progress:
+        """An immutable snapshot for the checkpoint loop: what the sink accepted, what is recorded."""
+        return Progress(self.lease, self.delivered_seq, self.checkpointed_seq, self.delivered_cursor)
+
+    def checkpoint_recorded(self, seq: int) -> None:
+        """The checkpoint loop made `seq` durable for this lease."""
+        self.checkpointed_seq = max(self.checkpointed_seq, seq)
 
     def lose(self, reason: str) -> None:
         """The lease is gone: abort the socket at once, no close handshake, deliver nothing."""

@@ -19,7 +19,6 @@ import time
 from collections.abc import Awaitable, Callable
 
 from leaseworker.lease.errors import StoreError
-from leaseworker.lease.model import HAND_BACK_REASONS, Lease
 from leaseworker.lease.ownership import Ownership
 from leaseworker.lease.results import Acquired
 from leaseworker.notify import Notifier
@@ -46,7 +45,6 @@ class Settler:
         publish_load: Callable[[], Awaitable[None]],
     ) -> None:
         self._ownership = ownership
-        self._settings = deps.settings
         self._metrics = deps.metrics
         self._tracing = deps.tracing
         self._notifier = notifier
@@ -61,7 +59,7 @@ class Settler:
             logger.warning(
                 "lease lost", extra={"reason": result.reason, "delivered_seq": session.delivered_seq}
             )
-            if lapsed(lease, self._settings.lease_mode):
+            if self._ownership.hands_back(lease):
                 await self._hand_back_lapsed(session, result.reason)
             return
         if result.outcome is Outcome.RELEASE and not self._leaving():
@@ -96,8 +94,7 @@ class Settler:
                 if self._fenced():
                     logger.error("could not release; our session is fenced", extra={"error": str(error)})
                     return False
-                expires = self._settings.lease_mode == "connection"
-                if expires and not lease.is_valid(time.monotonic()):
+                if self._ownership.left_to_expire(lease, time.monotonic()):
                     logger.error("could not release; the lease will expire", extra={"error": str(error)})
                     return False
                 delay = next(delays, RELEASE_RETRY_CAP_SECONDS)
@@ -129,9 +126,3 @@ class Settler:
             except StoreError as error:
                 logger.warning("could not hand back a lapsed lease yet", extra={"error": str(error)})
             await asyncio.sleep(LAPSED_RETRY_SECONDS)
-
-
-def lapsed(lease: Lease, mode: str) -> bool:
-    """A session-held lease lost to us (our own deadline, an upstream's stale_epoch) while the
-    item may still name our session: it is handed back, conditional on owner and epoch."""
-    return mode == "session" and lease.end_reason in HAND_BACK_REASONS
