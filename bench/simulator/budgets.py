@@ -34,10 +34,8 @@ from typing import Any
 from bench.simulator.clock import VirtualClock, run_virtual
 from bench.simulator.memory_dynamodb import MemoryDynamoDB
 from bench.simulator.memory_table import Database
-from leaseworker.lease import budget_store
 from leaseworker.lease.budget_store import BudgetStore, paced_seconds
 from leaseworker.observability.metrics import WorkerMetrics
-from leaseworker.worker import budget as budget_module
 from leaseworker.worker.backoff import backoff
 from leaseworker.worker.budget import URGENT, ConnectBudgets, Limit
 from leaseworker_dev.feed.replays.limits import ConnectLimit, peak_in_window
@@ -185,19 +183,12 @@ async def _simulate(
 
 
 def simulate(profile: str, budgeted: bool, seed: int = 12) -> dict[str, Any]:
-    modules = (budget_store, budget_module)  # now_ms() and the pump's clock: virtual
-    saved = [(module, getattr(module, "time")) for module in modules]  # noqa: B009
+    """now_ms() and the pump's clock read the virtual clock (leaseworker.clock, run_virtual)."""
 
     async def main(clock: VirtualClock) -> dict[str, Any]:
-        for module in modules:
-            setattr(module, "time", clock)  # noqa: B010
         return await _simulate(clock, PROFILES[profile], budgeted, seed)
 
-    try:
-        return run_virtual(main)
-    finally:
-        for module, original in saved:
-            setattr(module, "time", original)  # noqa: B010
+    return run_virtual(main)
 
 
 def table(results: dict[str, dict[str, Any]]) -> str:

@@ -5,27 +5,23 @@ never blocks: where a real loop would sleep until its next timer, this one moves
 there. Every `asyncio.sleep`, `asyncio.timeout` and `wait_for` in the real lease code and in the
 simulated workers therefore runs in virtual time, and a run is deterministic for a seed.
 
-The lease modules read the clock through their module-level `time` (`time.monotonic()` for local
-deadlines, `time.time_ns()` in `dynamodb.now_ms()`, which the stores import). `virtual_clocks`
-replaces that name in those modules, and only there, for the duration of a run: no file under
-worker_src changes. Every worker shares one wall clock (no skew is simulated).
+The worker's code reads time only through `leaseworker.clock`, whose clock is a context
+variable: `run_virtual` installs the virtual clock for the run (`leaseworker.clock.using`), so
+every lease deadline, expiry and grant reads virtual time, and nothing patches `time`. Every
+worker shares one wall clock here (no skew is simulated).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import selectors
-import time
-from collections.abc import Callable, Coroutine, Iterator
-from types import ModuleType
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from leaseworker.lease import connection_store, dynamodb, ownership, session_leases
+from leaseworker.clock import using
 
 T = TypeVar("T")
 EPOCH_SECONDS = 1_800_000_000.0  # the wall clock at virtual time 0 (2027-01-15)
-PATCHED: tuple[ModuleType, ...] = (dynamodb, connection_store, ownership, session_leases)
 
 
 class Deadlock(RuntimeError):
@@ -44,9 +40,6 @@ class VirtualClock:
 
     def time_ns(self) -> int:
         return round((EPOCH_SECONDS + self.now) * 1e9)
-
-    def __getattr__(self, name: str) -> Any:  # anything else the modules use from `time`
-        return getattr(time, name)
 
 
 class _Selector:
@@ -74,24 +67,12 @@ def virtual_loop(clock: VirtualClock) -> asyncio.AbstractEventLoop:
     return loop
 
 
-@contextlib.contextmanager
-def virtual_clocks(clock: VirtualClock) -> Iterator[None]:
-    saved = [(module, getattr(module, "time")) for module in PATCHED]  # noqa: B009
-    try:
-        for module in PATCHED:
-            setattr(module, "time", clock)  # noqa: B010
-        yield
-    finally:
-        for module, original in saved:
-            setattr(module, "time", original)  # noqa: B010
-
-
 def run_virtual(main: Callable[[VirtualClock], Coroutine[Any, Any, T]], *, start: float = 0.0) -> T:
-    """Run `main(clock)` to completion on a virtual-time loop with the lease clocks patched."""
+    """Run `main(clock)` to completion on a virtual-time loop, the worker's code reading its clock."""
     clock = VirtualClock(start)
     loop = virtual_loop(clock)
     try:
-        with virtual_clocks(clock):
+        with using(clock):
             return loop.run_until_complete(main(clock))
     finally:
         loop.close()

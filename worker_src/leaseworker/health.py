@@ -32,11 +32,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from leaseworker.clock import monotonic, wall_time
 from leaseworker.settings import DEFAULT_TABLE
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ class HealthFile:
         path: Path | str,
         *,
         fleet: dict[str, str] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = monotonic,
     ) -> None:
         self.path = Path(path)
         self.fleet = fleet_of() if fleet is None else fleet
@@ -135,7 +135,7 @@ class HealthFile:
                 "worker_id": worker_id,
                 "pid": os.getpid(),
                 "monotonic": self._clock(),
-                "wall_ms": int(time.time() * 1000),  # for people reading the file; never judged
+                "wall_ms": int(wall_time() * 1000),  # for people reading the file; never judged
                 "heartbeat_seconds": heartbeat_seconds,
                 "lease_seconds": lease_seconds,
                 "fleet": self.fleet,
@@ -146,7 +146,7 @@ class HealthFile:
         """Record that shutdown has begun: from now on the worker reports unhealthy."""
         self._stopping = True
         content = dict(self._last or {"pid": os.getpid()})
-        content.update(state=STATE_STOPPING, monotonic=self._clock(), wall_ms=int(time.time() * 1000))
+        content.update(state=STATE_STOPPING, monotonic=self._clock(), wall_ms=int(wall_time() * 1000))
         self._write(content)
 
     def _write(self, content: dict[str, Any]) -> None:

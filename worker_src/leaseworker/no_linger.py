@@ -59,7 +59,6 @@ import contextlib
 import functools
 import socket
 import struct
-import time
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, ClassVar, Final
@@ -67,6 +66,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 import aiohttp
 from aiobotocore.httpsession import AIOHTTPSession
 from aiohttp.client_proto import ResponseHandler
+
+from leaseworker.clock import monotonic
 
 if TYPE_CHECKING:
     from aiohappyeyeballs import AddrInfoType
@@ -83,7 +84,7 @@ class SendDeadlinePassed(ConnectionResetError):
 
 @contextlib.contextmanager
 def send_deadline(at: float) -> Iterator[None]:
-    """Requests made inside this block send nothing once time.monotonic() reaches `at`."""
+    """Requests made inside this block send nothing once monotonic() reaches `at`."""
     token = SEND_DEADLINE.set(at)
     try:
         yield
@@ -93,7 +94,7 @@ def send_deadline(at: float) -> Iterator[None]:
 
 def _check_deadline(transport: asyncio.WriteTransport) -> None:
     deadline = SEND_DEADLINE.get()
-    if deadline is not None and time.monotonic() >= deadline:
+    if deadline is not None and monotonic() >= deadline:
         transport.abort()
         raise SendDeadlinePassed("send deadline passed: the request was dropped, never sent late")
 

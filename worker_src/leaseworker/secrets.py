@@ -30,7 +30,6 @@ import asyncio
 import json
 import os
 import re
-import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
@@ -41,6 +40,7 @@ import aioboto3
 from aiobotocore.config import AioConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
+from leaseworker.clock import monotonic
 from leaseworker.settings import Settings
 
 if TYPE_CHECKING:
@@ -185,7 +185,7 @@ class ReferenceResolver:
         environ: Mapping[str, str] | None = None,
         ttl_seconds: float = DEFAULT_TTL_SECONDS,
         call_timeout_seconds: float = DEFAULT_CALL_TIMEOUT_SECONDS,
-        now: Callable[[], float] = time.monotonic,
+        now: Callable[[], float] = monotonic,
     ) -> None:
         """`client` may be None when no secret is configured; a secret reference then fails."""
         self._client = client

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -39,6 +38,7 @@ from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
 
+from leaseworker.clock import wall_ns
 from leaseworker.lease.attribute_values import failed_item, purge_at
 from leaseworker.lease.dynamodb import CONDITION_FAILED, call_with_deadline
 from leaseworker.lease.vocabulary import BUDGET_KEY_PREFIX, TTL_ATTRIBUTE
@@ -59,7 +59,7 @@ def budget_key(host: str) -> dict[str, Any]:
 
 
 def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return wall_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,12 +11,12 @@ tells us who holds a lease without a second read.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from botocore.exceptions import ClientError
 
+from leaseworker.clock import monotonic
 from leaseworker.lease.dynamodb import (
     CONDITION_FAILED,
     call_with_deadline,
@@ -80,7 +80,7 @@ class ConnectionStore:
 
     async def acquire(self, connection_id: str, me: str) -> AcquireResult:
         """Claim an expired or free lease. Raises AcquireUncertain when the reply was lost."""
-        sent_at = time.monotonic()
+        sent_at = monotonic()
         now = now_ms()
         expires = now + self._lease_ms
         try:

@@ -9,12 +9,12 @@ lost condition, which callers turn into a value.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar, cast
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from leaseworker.clock import wall_ns
 from leaseworker.lease.errors import StoreRejected, StoreThrottled, StoreUnavailable, TableMissing
 
 CONDITION_FAILED = "ConditionalCheckFailedException"
@@ -40,7 +40,7 @@ T = TypeVar("T")
 
 
 def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return wall_ns() // 1_000_000
 
 
 async def call_with_deadline(

@@ -20,12 +20,12 @@ query (`expiry < now - skew`) never returns it, and holding it writes nothing pe
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from leaseworker.clock import monotonic
 from leaseworker.lease.attribute_values import failed_item, number, text
 from leaseworker.lease.batch_get import batch_get_items
 from leaseworker.lease.connection_store import COND_ACQUIRE, ConnectionStore, cursor_names, cursor_value
@@ -259,7 +259,7 @@ class SessionHeldStore:
         resume_cursor: str | None = None,
         expires_at_ms: int = SESSION_HELD,
     ) -> AcquireResult:
-        sent_at = time.monotonic()
+        sent_at = monotonic()
         try:
             response = await call_with_deadline(
                 self._client.update_item(

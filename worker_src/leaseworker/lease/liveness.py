@@ -1,6 +1,6 @@
 """Death detection on the observer's own monotonic clock, and the holder's session deadline.
 
-Pure: no I/O, no clock reads. The caller passes `now` (time.monotonic()) so tests drive a fake
+Pure: no I/O, no clock reads. The caller passes `now` (monotonic()) so tests drive a fake
 clock. The argument for why this is safe under any wall-clock offset is in session_store.py.
 
 Observer rule (docs/design.md §2.0): a peer is dead when its `hb` has not changed for LEASE_SECONDS,

@@ -18,11 +18,11 @@ each lease on its own schedule.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from leaseworker.clock import monotonic
 from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.dynamodb import now_ms
 from leaseworker.lease.errors import AcquireUncertain, StoreError
@@ -157,7 +157,7 @@ class ConnectionLeases:
         resume_cursor: str | None = None,
     ) -> AcquireResult:
         """A fenced peer's connection, held from now on by a lease of our own (mixed fleets)."""
-        sent_at = time.monotonic()
+        sent_at = monotonic()
         return await self._held.claim_from_dead(
             owned.connection_id,
             self._me,

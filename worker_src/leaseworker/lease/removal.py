@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from leaseworker.clock import monotonic, wall_ns
 from leaseworker.lease.model import STARTED, STOPPED
 from leaseworker.lease.vocabulary import SESSION_HELD
 
@@ -180,20 +180,20 @@ class RemovableTable(Protocol):
 
 
 def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return wall_ns() // 1_000_000
 
 
 async def try_remove(table: RemovableTable, connection_id: str, watch: ExpiryWatch) -> Held | None:
     """One attempt: None once the tombstone is written, else why it is not removable yet."""
     item = await table.show(connection_id)
-    state = removal_state(item, watch, time.monotonic())
+    state = removal_state(item, watch, monotonic())
     if isinstance(state, Held):
         return state
     if await table.write_tombstone(connection_id, tombstone_for(item, state, _now_ms())):
         return None
     # Lost to a concurrent change (a start, a claim) or the session is not fenced: say what
     # holds it now; the caller decides whether to wait.
-    fresh = removal_state(await table.show(connection_id), watch, time.monotonic())
+    fresh = removal_state(await table.show(connection_id), watch, monotonic())
     return fresh if isinstance(fresh, Held) else Held(session_holder_reason(item), started=False)
 
 
@@ -211,7 +211,7 @@ async def remove_forced(
     Raises ReleaseTimeout after `wait_seconds` if it is still held (it then stays STOPPED), and
     NotRemovable if someone starts it again meanwhile (theirs is the newer intent).
     """
-    started = time.monotonic()
+    started = monotonic()
     watch = ExpiryWatch(lease_seconds)
     if await try_remove(table, connection_id, watch) is None:
         return
@@ -222,7 +222,7 @@ async def remove_forced(
         state = await try_remove(table, connection_id, watch)
         if state is None:
             return
-        waited = time.monotonic() - started
+        waited = monotonic() - started
         if state.started:
             raise NotRemovable(connection_id, state)
         if waited >= wait_seconds:

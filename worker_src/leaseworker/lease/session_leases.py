@@ -13,10 +13,10 @@ STOPPED items still carrying the marker (normally none; each is released within 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from leaseworker.clock import monotonic
 from leaseworker.lease.attribute_values import PURGE_AFTER_SECONDS
 from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.connection_store import ConnectionStore
@@ -83,7 +83,7 @@ class SessionLeases:
         return False  # a session-held item never expires: "left to expire" would strand it (B)
 
     def _valid_until(self) -> float | None:
-        return self._validity.valid_until if self._validity.is_valid(time.monotonic()) else None
+        return self._validity.valid_until if self._validity.is_valid(monotonic()) else None
 
     async def find_claimable(self, limit: int) -> list[str]:
         return await self._store.find_orphans(limit)
@@ -163,7 +163,7 @@ class SessionLeases:
         worker whose feeds all stay idle for longer than that (a long market holiday) must not
         have its only fresh checkpoints deleted under it (review 2026-12-05, C3). So while
         anything is held the map is rewritten at least every CHECKPOINT_REFRESH_SECONDS."""
-        stale = time.monotonic() - self._written_at >= CHECKPOINT_REFRESH_SECONDS
+        stale = monotonic() - self._written_at >= CHECKPOINT_REFRESH_SECONDS
         if not any(entry.advanced for entry in progress) and not (progress and stale):
             return RoundResult(frozenset(), frozenset())
         valid_until = self._valid_until()
@@ -173,12 +173,12 @@ class SessionLeases:
         cursors = {e.lease.connection_id: e.cursor for e in progress if e.cursor is not None}
         try:
             ok = await self._checkpoints.write(
-                self._me, entries, cursors=cursors, timeout=max(0.01, valid_until - time.monotonic())
+                self._me, entries, cursors=cursors, timeout=max(0.01, valid_until - monotonic())
             )
         except StoreError:
             return RoundResult(frozenset(), frozenset())
         if ok:
-            self._written_at = time.monotonic()
+            self._written_at = monotonic()
         ids = frozenset(entries)
         # Refused only when our session is fenced: every lease is gone (the heartbeat stops us).
         return RoundResult(ids, frozenset()) if ok else RoundResult(frozenset(), ids)

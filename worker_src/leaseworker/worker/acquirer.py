@@ -24,9 +24,9 @@ import asyncio
 import contextlib
 import math
 import random
-import time
 from collections.abc import Awaitable, Callable
 
+from leaseworker.clock import monotonic
 from leaseworker.lease.balance import FleetView, fair_share, peers_with_room, unowned_beyond_room
 from leaseworker.lease.errors import AcquireUncertain, StoreError
 from leaseworker.lease.ownership import Ownership
@@ -168,7 +168,7 @@ class Acquirer:
         """Recompute this worker's fair share; on a store error keep the previous one.
         `list_after_count`: list the sessions again after counting free connections (app.py
         `_fleet_view`); False only where a listing was just made and cannot be waited for."""
-        started = time.monotonic()
+        started = monotonic()
         try:
             view = await self._fleet_view(list_after_count)
         except StoreError as error:
@@ -233,13 +233,13 @@ class Acquirer:
         SHARE_REFRESH_SECONDS): a peer may just have left, and our share grown with it. A full
         worker whose claims in flight hold the room waits up to `wait_for_claims` seconds for
         them to settle (most claims of a dead peer's connections by a hint fail at once)."""
-        deadline = time.monotonic() + wait_for_claims
+        deadline = monotonic() + wait_for_claims
         while True:
-            if self.capacity() <= 0 and time.monotonic() - self.viewed_at > SHARE_REFRESH_SECONDS:
-                await self.refresh_share_since(time.monotonic() - SHARE_REFRESH_SECONDS)
+            if self.capacity() <= 0 and monotonic() - self.viewed_at > SHARE_REFRESH_SECONDS:
+                await self.refresh_share_since(monotonic() - SHARE_REFRESH_SECONDS)
             if self.capacity() > 0:
                 return True
-            remaining = deadline - time.monotonic()
+            remaining = deadline - monotonic()
             if remaining <= 0 or not self._registry.claiming:
                 return False
             async with self._claim_settled:
@@ -259,7 +259,7 @@ class Acquirer:
         younger than a heartbeat: a connection just claimed in a takeover or a handoff, possibly
         above our share, has waited for an owner once already (L2), and its excess is shed later
         if it is real."""
-        settled = time.monotonic() - self._settings.heartbeat_seconds
+        settled = monotonic() - self._settings.heartbeat_seconds
         older = [owned for owned in self._registry.held() if owned.acquired_at <= settled]
         newest = sorted(older, key=lambda owned: owned.acquired_at, reverse=True)[:count]
         if newest:

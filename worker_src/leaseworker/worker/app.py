@@ -15,10 +15,10 @@ A signal only sets an Event. `run` turns it into the ordered, bounded shutdown o
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from leaseworker.clock import monotonic
 from leaseworker.lease.absent_owners import AbsentOwnerStore
 from leaseworker.lease.balance import FleetView
 from leaseworker.lease.checkpoint_store import CheckpointStore
@@ -235,7 +235,7 @@ class Worker:
 
     async def _shutdown(self) -> None:
         """Stop acquiring; close sockets (1001); flush; checkpoint + release; notify; flush metrics."""
-        started = time.monotonic()
+        started = monotonic()
         # After this budget: client teardown and, with tracing on, its bounded flush.
         margin = SHUTDOWN_MARGIN_SECONDS + (TRACING_SHUTDOWN_SECONDS if self._tracing.enabled else 0.0)
         budget = max(1.0, self._settings.shutdown_grace_seconds - margin)
@@ -269,12 +269,12 @@ class Worker:
             for owned in list(registry.owned.values()):
                 if owned.task is not None:
                     owned.task.cancel()
-        await self._drain_hints(budget - (time.monotonic() - started))
+        await self._drain_hints(budget - (monotonic() - started))
         await self._leave()
         self._loops_done.set()
         self._metrics.set_gauge(MetricName.ActiveConnections, len(registry))
         self._metrics.flush()
-        logger.info("shutdown complete", extra={"seconds": round(time.monotonic() - started, 3)})
+        logger.info("shutdown complete", extra={"seconds": round(monotonic() - started, 3)})
 
     # ------------------------------------------------------------------ sessions
 

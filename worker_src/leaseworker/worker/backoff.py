@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 import random
-import time
 from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
 from websockets.exceptions import InvalidURI
+
+from leaseworker.clock import monotonic
 
 
 class FatalUpstreamError(Exception):
@@ -45,7 +46,7 @@ class ReconnectPacing:
         *,
         healthy_seconds: float | None = None,
         delays: Callable[[], Iterator[float]] = backoff,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = monotonic,
     ) -> None:
         self._healthy_seconds = HEALTHY_SECONDS if healthy_seconds is None else healthy_seconds
         self._new_delays = delays

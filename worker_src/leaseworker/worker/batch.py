@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import time
 from typing import Final
 
+from leaseworker.clock import monotonic
 from leaseworker.records import SinkRecord
 
 BATCH_MAX_RECORDS: Final = 200
@@ -38,7 +38,7 @@ class Batch:
 
     def add(self, record: SinkRecord, frame_bytes: int) -> None:
         if not self.records:
-            self.first_at = time.monotonic()
+            self.first_at = monotonic()
         self.records.append(record)
         self.size += frame_bytes + RECORD_OVERHEAD_BYTES
 
@@ -48,11 +48,11 @@ class Batch:
 
     @property
     def linger_deadline(self) -> float:
-        """When the batch's linger ends (time.monotonic); meaningful while it holds a record."""
+        """When the batch's linger ends (monotonic); meaningful while it holds a record."""
         return self.first_at + BATCH_LINGER_SECONDS
 
     def linger_left(self) -> float:
-        return self.linger_deadline - time.monotonic()
+        return self.linger_deadline - monotonic()
 
     def clear(self) -> None:
         self.records = []

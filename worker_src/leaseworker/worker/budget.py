@@ -23,11 +23,11 @@ import asyncio
 import heapq
 import itertools
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from leaseworker.clock import monotonic
 from leaseworker.lease.budget_store import HOLD_MS, BudgetStore, now_ms
 from leaseworker.lease.errors import StoreError
 from leaseworker.observability.logging import get_logger
@@ -84,7 +84,7 @@ class ConnectBudgets:
     """One per worker process: the hosts' caches and waiters."""
 
     def __init__(
-        self, store: BudgetStore, metrics: WorkerMetrics, *, clock: Callable[[], float] = time.monotonic
+        self, store: BudgetStore, metrics: WorkerMetrics, *, clock: Callable[[], float] = monotonic
     ) -> None:
         self._store = store
         self._metrics = metrics

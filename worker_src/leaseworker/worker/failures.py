@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 
+from leaseworker.clock import monotonic
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.model import Lease
 from leaseworker.observability.logging import get_logger
@@ -24,7 +24,7 @@ class FailureRecorder:
         self._last = -FAILURE_RECORD_INTERVAL_SECONDS
 
     async def __call__(self, lease: Lease, reason: str) -> None:
-        now = time.monotonic()
+        now = monotonic()
         if now - self._last < FAILURE_RECORD_INTERVAL_SECONDS:
             return
         self._last = now

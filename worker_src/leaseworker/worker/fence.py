@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 
+from leaseworker.clock import monotonic
 from leaseworker.lease.model import Lease, LeaseState
 
 RECHECK_SECONDS = 0.02  # past the deadline with a renewal in flight: how often to look again
@@ -30,7 +30,7 @@ class LeaseFence:
         def check() -> None:
             if self._lease.state is LeaseState.LOST:
                 return
-            now = time.monotonic()
+            now = monotonic()
             if self._lease.awaiting_renewal(now):
                 self._timer = loop.call_later(RECHECK_SECONDS, check)
                 return
@@ -47,4 +47,4 @@ class LeaseFence:
 
 
 def _loop_time(loop: asyncio.AbstractEventLoop, monotonic_deadline: float) -> float:
-    return loop.time() + (monotonic_deadline - time.monotonic())
+    return loop.time() + (monotonic_deadline - monotonic())

@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 
+from leaseworker.clock import monotonic
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.liveness import SessionValidity, session_deadline
 from leaseworker.lease.ownership import Ownership
@@ -86,14 +86,14 @@ class SessionHeartbeat:
 
     async def run(self, done: asyncio.Event) -> None:
         period = self._settings.heartbeat_seconds
-        next_at = time.monotonic() + period
+        next_at = monotonic() + period
         in_flight: set[asyncio.Task[None]] = set()
         try:
             while not done.is_set() and not self._validity.fenced:
-                await wait_any(max(0.0, next_at - time.monotonic()), done)
+                await wait_any(max(0.0, next_at - monotonic()), done)
                 if done.is_set():
                     return
-                next_at = max(next_at + period, time.monotonic())
+                next_at = max(next_at + period, monotonic())
                 if len(in_flight) >= MAX_IN_FLIGHT:
                     continue  # every one of them still has time to land: no pile-up
                 beat = asyncio.create_task(self._periodic_beat(), name="heartbeat:periodic")
@@ -156,7 +156,7 @@ class SessionHeartbeat:
 
     async def _beat(self) -> bool:
         settings = self._settings
-        sent_at = time.monotonic()
+        sent_at = monotonic()
         # Until the deadline this very heartbeat would set: a success later extends nothing.
         timeout = session_deadline(sent_at, settings) - sent_at
         try:
@@ -173,7 +173,7 @@ class SessionHeartbeat:
         except StoreError as error:
             logger.warning(
                 "session heartbeat failed",
-                extra={"error": str(error), "sent_ago": round(time.monotonic() - sent_at, 3)},
+                extra={"error": str(error), "sent_ago": round(monotonic() - sent_at, 3)},
             )
             return False
         if isinstance(result, Fenced):

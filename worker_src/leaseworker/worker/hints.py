@@ -19,9 +19,9 @@ claims, and the connection needs an owner now. Rebalancing hands any excess back
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from leaseworker.clock import monotonic
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.model import STARTED, MalformedItem
 from leaseworker.lease.ownership import Ownership
@@ -161,7 +161,7 @@ class Hints:
     async def _room_after_listing(self) -> bool:
         """Our share from a listing made now: after a handoff, the last one still counts the
         leaving worker and its load (seen as 2-3 s handoff tails, docs/design.md §2c L2)."""
-        listed_at = time.monotonic()
+        listed_at = monotonic()
         if self._refresh_peers is None or not await self._refresh_peers():
             return False
         await self._acquirer.refresh_share_since(listed_at)

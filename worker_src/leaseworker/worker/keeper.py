@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 
+from leaseworker.clock import monotonic
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.model import renewal_timeout
 from leaseworker.lease.ownership import Ownership
@@ -88,7 +88,7 @@ class LeaseKeeper:
         limit = max_in_flight(self._settings)
         async with asyncio.TaskGroup() as group:
             while not done.is_set():
-                now = time.monotonic()
+                now = monotonic()
                 for owned in self._registry.live():
                     if owned.next_renewal == 0.0:  # just acquired: the claim itself was a renewal
                         owned.next_renewal = owned.acquired_at + period
@@ -103,9 +103,7 @@ class LeaseKeeper:
                 wake = min(waiting, default=now + period)
                 self._registry.changed.clear()
                 self._finished.clear()
-                await wait_any(
-                    max(0.0, wake - time.monotonic()), done, self._registry.changed, self._finished
-                )
+                await wait_any(max(0.0, wake - monotonic()), done, self._registry.changed, self._finished)
 
     async def _renew_batch(self, due: list[Owned]) -> None:
         """One span per batch of leases that fell due together (usually one reconcile's claims)."""
@@ -118,7 +116,7 @@ class LeaseKeeper:
         lease = owned.lease
         try:
             async with self._gate:
-                sent_at = time.monotonic()
+                sent_at = monotonic()
                 if not lease.is_valid(sent_at):
                     return  # lapsed or lost: the session's fence timer has stopped delivery
                 lease.renewals_in_flight.append(sent_at)  # past the deadline, the session waits for it
@@ -136,13 +134,13 @@ class LeaseKeeper:
             result = await self._ownership.renew(lease, timeout=renewal_timeout(self._settings))
         except StoreError as error:
             retry = RETRY_FRACTION * self._settings.heartbeat_seconds
-            owned.next_renewal = min(owned.next_renewal, time.monotonic() + retry)
+            owned.next_renewal = min(owned.next_renewal, monotonic() + retry)
             logger.warning(
                 "renewal failed; retrying while the lease is valid",
                 extra={
                     "connection_id": lease.connection_id,
                     "error": str(error),
-                    "sent_ago": round(time.monotonic() - sent_at, 3),
+                    "sent_ago": round(monotonic() - sent_at, 3),
                 },
             )
             return

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from dataclasses import dataclass
 
+from leaseworker.clock import monotonic
 from leaseworker.lease.balance import PeerLoad
 from leaseworker.lease.checkpoint_store import CheckpointStore, resume_seq
 from leaseworker.lease.dynamodb import now_ms
@@ -137,19 +137,19 @@ class PeerWatch:
         REFRESH_SECONDS; True if it listed."""
         if self._group is None or self._stop.is_set():
             return False
-        asked = time.monotonic()
+        asked = monotonic()
         if asked - self._listed_at < REFRESH_SECONDS:
             return False
         async with self._listing:  # hints that ask at once share one listing
             if self._listed_at < asked:
-                self._listed_at = time.monotonic()
+                self._listed_at = monotonic()
                 with survive("peers"):
                     await self._round()
         return True
 
     async def round(self) -> None:
         async with self._listing:  # one listing at a time: the observer sees them in order
-            self._listed_at = time.monotonic()
+            self._listed_at = monotonic()
             await self._round()
 
     async def list_now(self) -> None:
@@ -177,12 +177,12 @@ class PeerWatch:
                 elif verdict.worker_id in self._fenced:
                     await self._take_over_fenced(verdict.worker_id, self._fenced[verdict.worker_id])
             listed = {verdict.worker_id for verdict in verdicts}
-            await self._absent.sweep_if_due(listed=listed, live=self._live, now=time.monotonic())
+            await self._absent.sweep_if_due(listed=listed, live=self._live, now=monotonic())
 
     async def _list(self) -> list[Verdict]:
         """List and judge the sessions: the live peers' loads, the live workers, the fenced."""
         sessions = await self._sessions.list_sessions()
-        verdicts = self._observer.observe(sessions, time.monotonic())  # the clock AFTER the read
+        verdicts = self._observer.observe(sessions, monotonic())  # the clock AFTER the read
         listing = read_listing(verdicts, me=self._me, fenced_before=self._fenced)
         self._fenced, self.peers, self._live = listing.fenced, listing.peers, listing.live
         return verdicts
@@ -197,7 +197,7 @@ class PeerWatch:
             return False
         session = self._fenced.get(holder)
         if session is None:
-            now = time.monotonic()
+            now = monotonic()
             if now - self._checked.get(holder, -math.inf) < HOLDER_CHECK_SECONDS:
                 return False
             self._checked[holder] = now
@@ -221,7 +221,7 @@ class PeerWatch:
         return True
 
     async def _take_over_fenced(self, dead: str, session: SessionInfo) -> None:
-        if not self._absent.may_take_over(dead, session, time.monotonic()):
+        if not self._absent.may_take_over(dead, session, monotonic()):
             return  # a stub for an absent session: L on our own clock first (absent_owners.py)
         kind = CONFIRMED if session.fence_kind == CONFIRMED else SUSPECTED
         # Takeover time counts from the death as best known: the confirmed fence follows the
@@ -354,7 +354,7 @@ class PeerWatch:
         `fenced_at_ms` came from another host's wall clock, and `owned_by` reads a lagging
         index: a claim of the dead worker's that lands (or is indexed) after the reap is held by
         a session that no longer exists (review 2026-12-05, D)."""
-        now = time.monotonic()
+        now = monotonic()
         first_empty = self._empty_since.setdefault(dead, now)
         if now - first_empty < REAP_AFTER_LEASES * self._settings.lease_seconds:
             return

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from typing import TYPE_CHECKING, Final
+
+from leaseworker.clock import monotonic
 
 if TYPE_CHECKING:
     from websockets.asyncio.client import ClientConnection
@@ -34,15 +35,15 @@ class ReceiveDeadline:
     def __init__(self) -> None:
         self._task: asyncio.Task[object] | None = None  # the task waiting in receive()
         self._handle: asyncio.TimerHandle | None = None
-        self._armed_at = math.inf  # when the armed timer fires (time.monotonic)
+        self._armed_at = math.inf  # when the armed timer fires (monotonic)
         self._deadline = math.inf  # the deadline of the receive in progress
         self._waiting = False
         self._fired = False
 
     async def receive(self, ws: ClientConnection, deadline: float) -> object:
-        """The next frame (str or bytes), or DEADLINE once time.monotonic() reaches `deadline`
+        """The next frame (str or bytes), or DEADLINE once monotonic() reaches `deadline`
         (math.inf: none). ConnectionClosed and other cancellations are raised as they are."""
-        now = time.monotonic()
+        now = monotonic()
         if deadline <= now:
             return DEADLINE
         task = self._task = asyncio.current_task()
@@ -79,7 +80,7 @@ class ReceiveDeadline:
         self._armed_at = math.inf
         if not self._waiting:
             return  # the task is busy with a frame; its next receive arms the timer again
-        now = time.monotonic()
+        now = monotonic()
         if now < self._deadline:  # the deadline moved later since the timer was armed
             if self._deadline != math.inf:
                 self._arm(self._deadline, now)

@@ -8,9 +8,9 @@ until its session task has settled (released, marked failed or lost).
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 
+from leaseworker.clock import monotonic
 from leaseworker.lease.model import HAND_BACK_REASONS, Lease, LeaseState
 from leaseworker.worker.session import ConnectionSession
 
@@ -19,7 +19,7 @@ from leaseworker.worker.session import ConnectionSession
 class Owned:
     session: ConnectionSession
     task: asyncio.Task[None] | None = None
-    acquired_at: float = field(default_factory=time.monotonic)
+    acquired_at: float = field(default_factory=monotonic)
     next_renewal: float = 0.0  # monotonic; connection mode renews each lease on its own schedule
     renewing: int = 0  # connection-mode renewals of this lease in flight (pipelined)
     settling: bool = False  # the session ended; its release or failure mark is being written

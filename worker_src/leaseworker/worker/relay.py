@@ -10,8 +10,7 @@ PASS_ON_LIMIT times per PASS_ON_WINDOW_SECONDS, so a fleet with no room at all s
 
 from __future__ import annotations
 
-import time
-
+from leaseworker.clock import monotonic
 from leaseworker.notify import Notifier
 
 PASS_ON_LIMIT = 3  # re-sends of one hint by one worker per window
@@ -27,7 +26,7 @@ class HintRelay:
     async def pass_on(self, connection_id: str, *, handoff: bool = False) -> bool:
         """Re-send the hint (a handoff stays one) unless this worker has passed it on too often
         lately; True if sent."""
-        now = time.monotonic()
+        now = monotonic()
         recent = [t for t in self._passed_on.get(connection_id, []) if now - t < PASS_ON_WINDOW_SECONDS]
         if len(recent) >= PASS_ON_LIMIT:
             self._passed_on[connection_id] = recent

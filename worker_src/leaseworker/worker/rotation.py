@@ -12,12 +12,12 @@ actions.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Sequence
 
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
+from leaseworker.clock import monotonic, wall_ns
 from leaseworker.observability.logging import get_logger
 from leaseworker.protocol.adapter import Action, Fail, Ready, Reconnect, Release, Send, SocketAdapter
 from leaseworker.worker import upstream
@@ -27,7 +27,7 @@ logger = get_logger(__name__)
 
 
 def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return wall_ns() // 1_000_000
 
 
 async def open_successor(
@@ -64,7 +64,7 @@ async def open_successor(
 
 async def _handshake(ws: ClientConnection, adapter: SocketAdapter, pending: list[Action]) -> bool:
     """Run the successor's open steps until Ready (True) or a refusal (False)."""
-    actions: Sequence[Action] = adapter.on_open(time.monotonic(), _wall_ms())
+    actions: Sequence[Action] = adapter.on_open(monotonic(), _wall_ms())
     while True:
         for action in actions:
             if isinstance(action, Send):
@@ -77,12 +77,12 @@ async def _handshake(ws: ClientConnection, adapter: SocketAdapter, pending: list
             return True
         timer = adapter.next_timer()
         try:
-            async with asyncio.timeout(None if timer is None else max(0.0, timer - time.monotonic())):
+            async with asyncio.timeout(None if timer is None else max(0.0, timer - monotonic())):
                 raw = await ws.recv()
         except TimeoutError:
-            actions = adapter.on_timer(time.monotonic(), _wall_ms())
+            actions = adapter.on_timer(monotonic(), _wall_ms())
             continue
-        actions = adapter.on_frame(raw, time.monotonic(), _wall_ms())
+        actions = adapter.on_frame(raw, monotonic(), _wall_ms())
 
 
 async def close_socket(ws: ClientConnection) -> None:

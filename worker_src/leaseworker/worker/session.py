@@ -29,10 +29,10 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from leaseworker.clock import monotonic, wall_ns
 from leaseworker.lease.model import DEADLINE_PASSED, NO_CHECKPOINT, Lease, LeaseState
 from leaseworker.lease.ownership import Progress
 from leaseworker.lease.vocabulary import MAX_CURSOR_BYTES
@@ -222,7 +222,7 @@ class ConnectionSession:
             seq=counter - protocol.seq_base(lease.start_seq),
             epoch=lease.epoch,
             worker_id=lease.owner,
-            received_at_ms=time.time_ns() // 1_000_000,
+            received_at_ms=wall_ns() // 1_000_000,
             data=data,
             cursor=cursor,
             kind=record_kind,
@@ -250,10 +250,10 @@ class ConnectionSession:
         if not batch:
             return
         self.clear_batch()
-        now = time.monotonic()
+        now = monotonic()
         if not self.lease.is_valid(now):
             await self._wait_for_renewal()
-            now = time.monotonic()
+            now = monotonic()
             if not self.lease.is_valid(now):
                 raise Stop(self.ending())
         try:
@@ -303,18 +303,18 @@ class ConnectionSession:
     # ------------------------------------------------------------------ helpers
 
     def valid(self) -> bool:
-        return self.lease.is_valid(time.monotonic())
+        return self.lease.is_valid(monotonic())
 
     def stopping(self) -> bool:
         if self.stop_requested.is_set():
             return True
-        now = time.monotonic()
+        now = monotonic()
         return not self.lease.is_valid(now) and not self.lease.awaiting_renewal(now)
 
     async def _wait_for_renewal(self) -> None:
         """Past the deadline with a renewal in flight: deliver nothing until it has answered
         (bounded by `renewal_timeout`), or a stop is asked for."""
-        while self.lease.awaiting_renewal(time.monotonic()) and not self.stop_requested.is_set():
+        while self.lease.awaiting_renewal(monotonic()) and not self.stop_requested.is_set():
             try:
                 async with asyncio.timeout(RECHECK_SECONDS):
                     await self.stop_requested.wait()
@@ -322,7 +322,7 @@ class ConnectionSession:
                 pass
 
     def ending(self) -> SessionResult:
-        if self.lease.state is LeaseState.RELEASING and time.monotonic() < self.lease.valid_until:
+        if self.lease.state is LeaseState.RELEASING and monotonic() < self.lease.valid_until:
             return SessionResult(Outcome.RELEASE, self.lease.end_reason or "released")
         if self.lease.state is not LeaseState.LOST:
             self.lease.lose(DEADLINE_PASSED)

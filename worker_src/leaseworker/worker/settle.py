@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable
 
+from leaseworker.clock import monotonic
 from leaseworker.lease.errors import StoreError
 from leaseworker.lease.ownership import Ownership
 from leaseworker.lease.results import Acquired
@@ -94,7 +94,7 @@ class Settler:
                 if self._fenced():
                     logger.error("could not release; our session is fenced", extra={"error": str(error)})
                     return False
-                if self._ownership.left_to_expire(lease, time.monotonic()):
+                if self._ownership.left_to_expire(lease, monotonic()):
                     logger.error("could not release; the lease will expire", extra={"error": str(error)})
                     return False
                 delay = next(delays, RELEASE_RETRY_CAP_SECONDS)

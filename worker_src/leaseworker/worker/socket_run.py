@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
+from leaseworker.clock import monotonic, wall_ns
 from leaseworker.lease.model import UPSTREAM_STALE_EPOCH, LeaseState
 from leaseworker.observability.logging import get_logger
 from leaseworker.observability.metrics import MetricName
@@ -70,7 +70,7 @@ class _Ended(Exception):
 
 
 def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return wall_ns() // 1_000_000
 
 
 def _comparable(a: Any, b: Any) -> bool:
@@ -97,7 +97,7 @@ class SocketRun:
         protocol = s.protocol
         assert protocol is not None
         context = SocketContext(s.lease.connection_id, s.lease.epoch, s.lease.owner, resume, values)
-        return protocol.adapter(context, time.monotonic())
+        return protocol.adapter(context, monotonic())
 
     def _resume(self, reason: Any) -> Resume:
         s = self.s
@@ -155,7 +155,7 @@ class SocketRun:
         try:
             if s.stopping():
                 raise Stop(s.ending())  # stopped or fenced as the handshake completed
-            await self._perform(ws, adapter, adapter.on_open(time.monotonic(), _wall_ms()))
+            await self._perform(ws, adapter, adapter.on_open(monotonic(), _wall_ms()))
             await self._stream(ws, adapter, refs)
         except _Ended as ended:
             self._on_refusal(ended, refs)
@@ -198,7 +198,7 @@ class SocketRun:
                     await s.deliver()
                     await self._closed(ws, adapter, closed)
                 if raw is DEADLINE:
-                    now = time.monotonic()
+                    now = monotonic()
                     timer = adapter.next_timer()
                     if timer is not None and now >= timer:
                         ws, adapter = await self._perform(ws, adapter, adapter.on_timer(now, _wall_ms()))
@@ -209,7 +209,7 @@ class SocketRun:
                 assert isinstance(raw, (str, bytes))
                 size = frame_size(raw) if isinstance(raw, str) else len(raw)
                 ws, adapter = await self._perform(
-                    ws, adapter, adapter.on_frame(raw, time.monotonic(), _wall_ms()), size
+                    ws, adapter, adapter.on_frame(raw, monotonic(), _wall_ms()), size
                 )
         finally:
             receiving.close()
@@ -337,7 +337,7 @@ class SocketRun:
     async def _after_add(self) -> None:
         s = self.s
         if not self._linger and len(s.batch) == 1:
-            now = time.monotonic()
+            now = monotonic()
             self._linger = now - self._alone_at < BATCH_LINGER_SECONDS
             self._alone_at = now
         if s.batch.full or not self._linger:

@@ -20,11 +20,11 @@ passes on as its own status (it has nothing to fence: no session item was ever w
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import NoCredentialsError, PartialCredentialsError
 
+from leaseworker.clock import monotonic
 from leaseworker.lease.dynamodb import call_with_deadline
 from leaseworker.lease.errors import StoreError, StoreRejected, TableMissing
 from leaseworker.lease.model import STARTED
@@ -54,12 +54,12 @@ async def check_lease_table(
 ) -> None:
     """Return once the table answers as a lease table; raise StartRefused otherwise (bounded)."""
     where = f"table {settings.table_name!r} at {settings.endpoint_url or 'the default AWS endpoint'}"
-    deadline = time.monotonic() + limit
+    deadline = monotonic() + limit
     calls = _calls(ddb, settings)
     done = 0
     last = NO_ATTEMPT
     while True:
-        remaining = deadline - time.monotonic()
+        remaining = deadline - monotonic()
         if remaining <= 0:
             raise StartRefused(
                 f"cannot use {where}: no answer within {limit:g} s ({last}); check the endpoint, "
@@ -84,7 +84,7 @@ async def check_lease_table(
             if isinstance(cause, NoCredentialsError | PartialCredentialsError):
                 raise StartRefused(f"cannot use {where}: no AWS credentials ({cause})") from None
             last = _one_line(cause)
-            await asyncio.sleep(min(RETRY_PAUSE_SECONDS, max(0.0, deadline - time.monotonic())))
+            await asyncio.sleep(min(RETRY_PAUSE_SECONDS, max(0.0, deadline - monotonic())))
             continue
         done += 1
         if done == len(calls):

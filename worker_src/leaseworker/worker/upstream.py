@@ -23,7 +23,6 @@ flow control, then into the upstream: memory stays bounded.
 from __future__ import annotations
 
 import asyncio
-import time
 from email.utils import parsedate_to_datetime
 from typing import Final
 
@@ -32,6 +31,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.frames import CloseCode
 from websockets.typing import Subprotocol
 
+from leaseworker.clock import wall_time
 from leaseworker.protocol.adapter import ConnectRequest
 
 OPEN_TIMEOUT_SECONDS = 10.0  # TCP + TLS + HTTP upgrade; an upstream that never answers fails here
@@ -100,7 +100,7 @@ def refusal_retry_after(error: BaseException) -> float | None:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
-    return max(0.0, when.timestamp() - time.time())
+    return max(0.0, when.timestamp() - wall_time())
 
 
 def protocol_close(closed: ConnectionClosed) -> str | None:
