@@ -2,8 +2,9 @@
 
 Real: the stores (ConnectionStore, SessionHeldStore, SessionStore, CheckpointStore) over the
 in-memory client, the `Ownership` implementations (ConnectionLeases, SessionLeases), the
-session validity (liveness.SessionValidity), fair share (balance.fair_share) and the Lease
-model. Modelled, after worker/: the acquirer's reconcile and its shed rule (acquirer.py), the
+session validity (liveness.SessionValidity), the Lease model, and the reconcile's decisions
+(lease/rebalance.py: the share, the room, the over-share claim, what to shed). Modelled, after
+worker/: the acquirer's reconcile loop (acquirer.py, without its rendezvous ranking), the
 keeper's per-lease renewal schedule (keeper.py), checkpoint rounds (checkpointer.py) and the
 heartbeat (heartbeat.py); the peer watch is in peers.py. Not modelled: upstream sockets (every
 connection delivers something every checkpoint period), SQS hints, store errors and latency
@@ -22,7 +23,7 @@ from bench.simulator import bulk
 from bench.simulator.memory_dynamodb import MemoryDynamoDB, Meter
 from bench.simulator.memory_table import Database
 from bench.simulator.peers import PeerWatch
-from leaseworker.lease.balance import fair_share, unowned_beyond_room
+from leaseworker.lease.balance import FleetView
 from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.dynamodb import now_ms
@@ -30,6 +31,7 @@ from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.liveness import SessionValidity
 from leaseworker.lease.model import Lease, LeaseState, renewal_timeout
 from leaseworker.lease.ownership import ConnectionLeases, Ownership, Progress
+from leaseworker.lease.rebalance import newest_settled, over_share_room, plan_share, room
 from leaseworker.lease.results import Acquired, AcquireResult, Lost, Stopped
 from leaseworker.lease.session_leases import SessionLeases
 from leaseworker.lease.session_store import Fenced, SessionStore
@@ -71,7 +73,7 @@ class SimWorker:
         self.peers = PeerWatch(self)
         self.target = settings.max_connections
         self.viewed_at = -math.inf
-        self._previous_shed = 0
+        self._previous_excess = 0
         self._unowned = 0
         self._live_peers = 0
         self._free_rounds = 0
@@ -156,12 +158,18 @@ class SimWorker:
             if cid in self.held:
                 await self._release(cid)
         capacity = self.capacity()
-        over_share = False
         free_rounds = self._free_rounds
         self._free_rounds = free_rounds + 1 if self._unowned > 0 else 0
-        if capacity <= 0 and free_rounds >= 1 and self._unowned > 0:
-            part = math.ceil(self._unowned / (self._live_peers + 1))
-            capacity, over_share = min(part, self.capacity(over_share=True)), True
+        beyond = over_share_room(
+            room_now=capacity,
+            room_at_most=self.capacity(over_share=True),
+            unowned=self._unowned,
+            live_peers=self._live_peers,
+            free_rounds=free_rounds,
+        )
+        over_share = beyond > 0
+        if over_share:
+            capacity = beyond
         while capacity > 0 and not self.fenced:  # batches until full or one wins nothing
             wanted = max(2 * capacity, LEAST_CANDIDATES)
             candidates = [c for c in await self.ownership.find_claimable(wanted) if not self.busy(c)]
@@ -177,41 +185,42 @@ class SimWorker:
         free = await self.leases.count_free()
         if free and list_after_count:  # worker/app.py `_fleet_view`: count, then list
             await self.peers.list_now()
-        free += self.peers.orphaned
+        orphaned = self.peers.orphaned
         self.viewed_at = asyncio.get_running_loop().time()
-        peers = self.peers.loads
-        self._live_peers = len(peers)
-        owned = len(self.held)
-        to_own = owned + len(self.claiming) + sum(p.load for p in peers) + free
-        share = fair_share(
-            owned=owned,
+        view = FleetView(peers=tuple(self.peers.loads), free=free + orphaned, orphaned=orphaned)
+        plan = plan_share(
+            view,
+            owned=len(self.held),
             claiming=len(self.claiming),
             my_capacity=self.settings.max_connections,
-            peer_capacities=[p.capacity for p in peers],
-            to_own=to_own,
+            previous_excess=self._previous_excess,
         )
-        self.target = share.target
-        self._unowned = unowned_beyond_room(
-            free=free, peers=peers, my_capacity=self.settings.max_connections, to_own=to_own
-        )
-        shed = share.shed if self._unowned == 0 and self.peers.orphaned == 0 else 0
-        if shed and self._previous_shed:
-            await self._shed(min(shed, self._previous_shed))
-        self._previous_shed = shed
+        self.target = plan.target
+        self._unowned = plan.unowned
+        self._live_peers = plan.live_peers
+        self._previous_excess = plan.excess
+        if plan.shed:
+            await self._shed(plan.shed)
 
     def capacity(self, *, over_share: bool = False) -> int:
-        most = self.settings.max_connections
-        limit = most if over_share else min(most, self.target)
-        return limit - len(self.held) - len(self.claiming)
+        return room(
+            max_connections=self.settings.max_connections,
+            target=self.target,
+            owned=len(self.held),
+            claiming=len(self.claiming),
+            over_share=over_share,
+        )
 
     def busy(self, cid: str) -> bool:
         return cid in self.held or cid in self.claiming
 
     async def _shed(self, count: int) -> None:
         """The newest connections, each handed back gracefully: final checkpoint with the release."""
-        settled = asyncio.get_running_loop().time() - self.settings.heartbeat_seconds
-        older = [h for h in self.held.values() if h.acquired_at <= settled]  # none just claimed
-        newest = sorted(older, key=lambda h: h.acquired_at, reverse=True)[:count]
+        newest = newest_settled(
+            [(h.acquired_at, h) for h in self.held.values()],
+            count,
+            settled_before=asyncio.get_running_loop().time() - self.settings.heartbeat_seconds,
+        )
         leaving = [self._let_go(held.lease.connection_id) for held in newest]
         if leaving:
             await self.beat()  # heartbeat.py `publish_load`: our load without them, first

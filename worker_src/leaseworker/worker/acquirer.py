@@ -27,9 +27,10 @@ import random
 from collections.abc import Awaitable, Callable
 
 from leaseworker.clock import monotonic
-from leaseworker.lease.balance import FleetView, fair_share, peers_with_room, unowned_beyond_room
+from leaseworker.lease.balance import FleetView
 from leaseworker.lease.errors import AcquireUncertain, StoreError
 from leaseworker.lease.ownership import Ownership
+from leaseworker.lease.rebalance import newest_settled, over_share_room, plan_share, room
 from leaseworker.lease.rendezvous import weight
 from leaseworker.lease.results import Acquired, AcquireResult, Lost, Malformed
 from leaseworker.observability.logging import get_logger
@@ -83,7 +84,7 @@ class Acquirer:
         self._refreshing = asyncio.Lock()  # concurrent hints share one refresh
         self.target = settings.max_connections  # refined by each fleet view
         self.viewed_at = -math.inf
-        self._previous_shed = 0
+        self._previous_excess = 0  # the last view's excess (lease/rebalance.py plan_share)
         self._unowned = 0  # free connections in the last fleet view that no peer has room for
         self._live_peers = 0
         self._claimers: tuple[str, ...] = ()  # peers with room in the last view: who claims now
@@ -103,18 +104,18 @@ class Acquirer:
         await self.refresh_share()
         await self._release_stopped()
         capacity = self.capacity()
-        over_share = False
-        # Free connections that no peer has room for, seen by two reconciles in a row while we
-        # are full: the fleet lacks owners, not room. Every survivor can be "full" at once,
-        # because each counts the others' published load, which lags their claims by up to a
-        # heartbeat (seen: an expired lease left 2 s longer, 5.87 s against a 5.7 s L1). So
-        # claim our part of them beyond our share (never beyond MAX_CONNECTIONS); rebalancing
-        # hands any excess back gracefully.
         free_rounds = self._free_rounds
         self._free_rounds = free_rounds + 1 if self._unowned > 0 else 0
-        if capacity <= 0 and free_rounds >= 1 and self._unowned > 0:
-            part = math.ceil(self._unowned / (self._live_peers + 1))
-            capacity, over_share = min(part, self.capacity(over_share=True)), True
+        beyond = over_share_room(
+            room_now=capacity,
+            room_at_most=self.capacity(over_share=True),
+            unowned=self._unowned,
+            live_peers=self._live_peers,
+            free_rounds=free_rounds,
+        )
+        over_share = beyond > 0
+        if over_share:
+            capacity = beyond
         # Claim in batches until full or a batch wins nothing: one query's candidates are shared
         # with the peers reconciling at once, and waiting a whole period for the next batch left
         # a cold start idle for seconds at a time (P6 in docs/benchmarks.md).
@@ -176,38 +177,20 @@ class Acquirer:
             logger.warning("fleet view failed; keeping the previous share", extra={"error": str(error)})
             return
         self.viewed_at = started
-        peers = view.peers
-        self._live_peers = len(peers)
-        owned = len(self._registry.held())
-        to_own = owned + len(self._registry.claiming) + sum(p.load for p in peers) + view.free
-        share = fair_share(
-            owned=owned,
+        plan = plan_share(
+            view,
+            owned=len(self._registry.held()),
             claiming=len(self._registry.claiming),
             my_capacity=self._settings.max_connections,
-            peer_capacities=[peer.capacity for peer in peers],
-            to_own=to_own,
+            previous_excess=self._previous_excess,
         )
-        self.target = share.target
-        self._unowned = unowned_beyond_room(
-            free=view.free, peers=peers, my_capacity=self._settings.max_connections, to_own=to_own
-        )
-        self._claimers = peers_with_room(
-            peers=peers, my_capacity=self._settings.max_connections, to_own=to_own
-        )
-        # Peers' published loads lag by up to a heartbeat, so one view can show an excess that
-        # is not there (a peer's claim counted neither as its load nor as free). Shed only what
-        # two consecutive views agree on: a real excess persists, a lagging one does not.
-        # And never while free connections wait that no peer has room for: then the fleet lacks
-        # owners, not room (a handoff in progress, seen with the leaving worker's load already
-        # gone), and shedding would only add to what waits (found by the seeded fault suite:
-        # L2), nor during a takeover (it would only add to what the survivors are claiming).
-        # Free connections the peers have room for do not stop it: in a scale-out the
-        # shedders' own releases are always some of them (the simulator's survivors kept 573 of
-        # a 500 share for 100 s while a few waited for the newcomers' next reconcile).
-        shed = share.shed if self._unowned == 0 and view.orphaned == 0 else 0
-        if shed and self._previous_shed:
-            self._shed(min(shed, self._previous_shed))
-        self._previous_shed = shed
+        self.target = plan.target
+        self._unowned = plan.unowned
+        self._claimers = plan.claimers
+        self._live_peers = plan.live_peers
+        self._previous_excess = plan.excess
+        if plan.shed:
+            self._shed(plan.shed)
 
     async def refresh_share_since(self, since: float) -> None:
         """Refresh unless a view begun at or after `since` (monotonic) is already in: of many
@@ -250,18 +233,24 @@ class Acquirer:
     def capacity(self, *, over_share: bool = False) -> int:
         """How many more we may claim: up to our fair share, or (`over_share`) up to our
         MAX_CONNECTIONS."""
-        most = self._settings.max_connections
-        limit = most if over_share else min(most, self.target)
-        return limit - len(self._registry) - len(self._registry.claiming)
+        return room(
+            max_connections=self._settings.max_connections,
+            target=self.target,
+            owned=len(self._registry),
+            claiming=len(self._registry.claiming),
+            over_share=over_share,
+        )
 
     def _shed(self, count: int) -> None:
         """Hand back the most recently acquired connections, a graceful release each, but none
         younger than a heartbeat: a connection just claimed in a takeover or a handoff, possibly
         above our share, has waited for an owner once already (L2), and its excess is shed later
         if it is real."""
-        settled = monotonic() - self._settings.heartbeat_seconds
-        older = [owned for owned in self._registry.held() if owned.acquired_at <= settled]
-        newest = sorted(older, key=lambda owned: owned.acquired_at, reverse=True)[:count]
+        newest = newest_settled(
+            [(owned.acquired_at, owned) for owned in self._registry.held()],
+            count,
+            settled_before=monotonic() - self._settings.heartbeat_seconds,
+        )
         if newest:
             logger.info(
                 "rebalancing: handing back connections", extra={"count": len(newest), "target": self.target}
