@@ -133,6 +133,24 @@ def test_no_table(dynamodb_endpoint: str, local_env: dict[str, str]) -> None:
     assert "table 'no-such-table' does not exist" in line and "leaseworker table create" in line
 
 
+def test_options_typed_before_the_subcommand_win_over_the_environment(
+    dynamodb_endpoint: str, local_env: dict[str, str]
+) -> None:
+    """docs/design.md §6: `--table` / TABLE_NAME and `--endpoint-url` / AWS_ENDPOINT_URL: what is
+    typed wins, before the subcommand too (the form the help and README show)."""
+    elsewhere = {
+        **local_env,
+        "TABLE_NAME": "not-this-table",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",  # nothing listens there
+    }
+    table = new_table(dynamodb_endpoint, local_env)
+    done = run(*table, "connections", "list", "--json", env=elsewhere)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
+    after = run("connections", "list", "--json", *table, env=elsewhere)
+    assert after.returncode == 0, after.stderr
+
+
 def test_unknown_connection(table: list[str], local_env: dict[str, str]) -> None:
     verbs = ["show", "stop", "start", "remove"]
     for verb, done in zip(

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import click
+from click.core import ParameterSource
 
 from leaseworker import __version__
 from leaseworker.cli.errors import CliError, CliUsageError
@@ -19,6 +20,12 @@ class Target:
 
     table: str
     endpoint_url: str | None
+    table_typed: bool = False  # given on the command line (not read from the environment)
+    endpoint_typed: bool = False
+
+
+def typed(ctx: click.Context, name: str) -> bool:
+    return ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
 
 
 def target_options(command: click.Command) -> click.Command:
@@ -43,7 +50,14 @@ def target_options(command: click.Command) -> click.Command:
 
 
 def resolve_target(ctx: click.Context, table: str | None, endpoint_url: str | None) -> Target:
+    """A value typed on the command line wins, after the subcommand or before it; only then the
+    environment (`TABLE_NAME=A leaseworker --table B connections list` acts on B)."""
     parent = ctx.find_object(Target)
+    if parent is not None:
+        if parent.table_typed and not typed(ctx, "table"):
+            table = parent.table
+        if parent.endpoint_typed and not typed(ctx, "endpoint_url"):
+            endpoint_url = parent.endpoint_url
     resolved = Target(
         table=table or (parent.table if parent else None) or DEFAULT_TABLE,
         endpoint_url=endpoint_url or (parent.endpoint_url if parent else None),
@@ -87,7 +101,12 @@ def cli(ctx: click.Context, table: str | None = None, endpoint_url: str | None =
       leaseworker --table T connections list
       leaseworker --table T connections show feed-1
     """
-    ctx.obj = Target(table or os.environ.get("TABLE_NAME") or DEFAULT_TABLE, endpoint_url)
+    ctx.obj = Target(
+        table or os.environ.get("TABLE_NAME") or DEFAULT_TABLE,
+        endpoint_url,
+        table_typed=typed(ctx, "table"),
+        endpoint_typed=typed(ctx, "endpoint_url"),
+    )
 
 
 target_options(cli)
