@@ -201,8 +201,9 @@ def test_list_and_show(dynamodb_endpoint: str, local_env: dict[str, str]) -> Non
 
     items = json.loads(run(*table, "connections", "list", "--json", env=local_env).stdout)
     assert [item["connection_id"] for item in items] == ["feed-a", "feed-b"]
-    for key in ("desired_state", "ws_url", "last_seq", "lease_epoch", "lease_expires_at_ms"):
-        assert key in items[0], key
+    for key in ("desired_state", "ws_url", "last_seq", "lease_owner", "lease_epoch", "lease_expires_at_ms"):
+        assert key in items[0], key  # docs/design.md §6, null when unset
+    assert items[0]["lease_owner"] is None  # free
     assert items[0]["last_seq"] == -1 and items[1]["desired_state"] == "STOPPED"
 
     shown = run(*table, "connections", "show", "feed-a", env=local_env)
@@ -227,7 +228,9 @@ def test_list_and_show_report_the_effective_checkpoint(
 
     listed_json = run(*table, "connections", "list", "--json", env=local_env).stdout
     items = {item["connection_id"]: item for item in json.loads(listed_json)}
-    assert items["held"]["last_seq"] == -1 and items["held"]["checkpoint"] == 41
+    # §6's `last_seq` is the effective checkpoint; the item's own stays in `item_last_seq`.
+    assert items["held"]["last_seq"] == items["held"]["checkpoint"] == 41
+    assert items["held"]["item_last_seq"] == -1
     assert items["stale"]["checkpoint"] == -1  # its entry was written under another epoch
     shown = json.loads(run(*table, "connections", "show", "held", "--json", env=local_env).stdout)
     assert shown["checkpoint"] == 41 and shown["lease_owner"] == "w9"

@@ -224,8 +224,7 @@ def list_(ctx: click.Context, as_json: bool, table: str | None, endpoint_url: st
     owner's batched checkpoint entry (session mode), what a takeover resumes after."""
     items = [with_protocol(item) for item in _run(ctx, table, endpoint_url, lambda admin: admin.list())]
     if as_json:
-        # The stored values as they are: configs and URLs hold references, never resolved secrets.
-        click.echo(json.dumps(items, indent=2))
+        click.echo(json.dumps([reported(item) for item in items], indent=2))
         return
     target = resolve_target(ctx, table, endpoint_url)
     if not items:
@@ -253,7 +252,7 @@ def show(
     never resolved. The URL is shown with its query values redacted."""
     item = with_protocol(_run(ctx, table, endpoint_url, lambda admin: admin.show(connection_id)))
     if as_json:
-        click.echo(json.dumps(item, indent=2))
+        click.echo(json.dumps(reported(item), indent=2))
         return
     click.echo(render_show(item, int(time.time() * 1000)))
 
@@ -280,6 +279,31 @@ def with_protocol(item: dict[str, Any]) -> dict[str, Any]:
         "preset": item.get("preset"),
         "cursor": item.get("cursor"),
     }
+
+
+# docs/design.md §6: every object of `list --json` holds at least these, null when unset.
+REPORTED_KEYS = (
+    "connection_id",
+    "desired_state",
+    "ws_url",
+    "last_seq",
+    "lease_owner",
+    "lease_epoch",
+    "lease_expires_at_ms",
+)
+
+
+def reported(item: dict[str, Any]) -> dict[str, Any]:
+    """An item as `--json` prints it. Every key of REPORTED_KEYS is present (a free connection's
+    `lease_owner` is null). `last_seq` is the effective checkpoint (§2b: the newer of the item's
+    own and its holder's batched entry), as `checkpoint` is; the item's own value is
+    `item_last_seq`. URLs and configs are the stored values, for scripts: their secrets are
+    references (`{{secret:NAME#KEY}}`), never resolved values."""
+    out = {key: item.get(key) for key in REPORTED_KEYS} | item
+    if isinstance(out.get("checkpoint"), int):
+        out["item_last_seq"] = out["last_seq"]
+        out["last_seq"] = out["checkpoint"]
+    return out
 
 
 def render_show(item: dict[str, Any], now_ms: int) -> str:
