@@ -69,6 +69,9 @@ def test_secret_params_keep_their_reference() -> None:
     auth = config["open"][1]["send"]
     assert auth == {"action": "auth", "key": "{{env:ALPACA_KEY}}", "secret": "{{secret:alpaca/prod#secret}}"}
     assert parse_config(config).references() == {"env:ALPACA_KEY", "secret:alpaca/prod#secret"}
+    arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:alpaca/prod-AbCdEf"
+    by_arn = expand("alpaca", {**SAMPLES["alpaca"], "secret": f"{{{{secret:{arn}#secret}}}}"})
+    assert parse_config(by_arn).references() == {"env:ALPACA_KEY", f"secret:{arn}#secret"}
 
 
 @pytest.mark.parametrize(
@@ -76,6 +79,7 @@ def test_secret_params_keep_their_reference() -> None:
     [
         ("alpaca", {**SAMPLES["alpaca"], "secret": "hunter2"}, "parameter 'secret' is a secret"),
         ("home-assistant", {**SAMPLES["home-assistant"], "token": "eyJhbGciOi"}, "use"),
+        ("home-assistant", {**SAMPLES["home-assistant"], "token": "{{secret:ha}}"}, "use"),  # no #KEY
         ("kraken-v2", {"symbols": "BTC/USD", "depth": "10"}, "no parameter 'depth'"),
         ("kraken-v2", {}, "needs parameter 'symbols'"),
         ("home-assistant", {"token": "{{env:T}}"}, "needs parameter 'url'"),

@@ -313,6 +313,9 @@ def test_references() -> None:
         "env:REGION",
     }
     assert references_of(parse_config(JETSTREAM)) == frozenset()
+    arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:feeds/alpaca-AbCdEf"
+    by_arn = with_(MIN, "connect.headers", {"X-Key": f"{{{{secret:{arn}#key}}}}"})
+    assert references_of(parse_config(by_arn)) == {f"secret:{arn}#key"}
 
 
 # ------------------------------------------------------------------- the published schema

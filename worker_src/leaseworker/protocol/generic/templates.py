@@ -29,8 +29,9 @@ MAX_JSON_DEPTH: Final = 32  # for a send's JSON value; configs are small
 
 _TAG: Final = re.compile(r"\{\{\s*([#/]?)\s*([^{}]*?)\s*\}\}")
 _ENV: Final = re.compile(r"env:[A-Za-z_][A-Za-z0-9_]*")
-# Secrets Manager names: letters, digits and /_+=.@-; the key is a JSON key of the secret string.
-_SECRET: Final = re.compile(r"secret:[A-Za-z0-9/_+=.@-]+#[^#{}\s]+")
+# A Secrets Manager name (letters, digits and /_+=.@-) or ARN (with `:`), as secrets.py resolves
+# it; the key is a JSON key of the secret string.
+_SECRET: Final = re.compile(r"secret:[A-Za-z0-9/_+=.@:-]+#[^#{}\s]+")
 
 
 class TemplateError(ValueError):

@@ -32,7 +32,7 @@ the CLI stores the preset's name beside it for display. The rules, kept simple o
   element and every string value is percent-encoded (the separator is not); `url` is
   inserted as given.
 - Secret params (`secret: true`: Alpaca's key and secret, Home Assistant's token) take only a
-  reference, `{{secret:NAME#KEY}}` (or `{{secret:NAME}}`) or `{{env:NAME}}`, which is kept
+  reference, `{{secret:NAME#KEY}}` (NAME a secret's name or ARN) or `{{env:NAME}}`, which is kept
   as is: the worker resolves it when a socket connects. A literal is refused, since the config
   is stored in the table and shown by `connections show`.
 - No other value may contain `{{` or `}}`: a symbol cannot smuggle a template into the config.
@@ -66,9 +66,9 @@ _QUERY_PAIR: Final = re.compile(
 )
 _SECTION_END_AMP: Final = re.compile(r"(\{\{/[a-z_]+\}\})&")
 # References the worker resolves at connect time (leaseworker.secrets): a Secrets Manager name
-# or ARN, optionally with `#KEY`; or an environment variable.
+# or ARN with `#KEY` (the templates' own rule, generic/templates.py); or an environment variable.
 _REFERENCE: Final = re.compile(
-    r"\{\{(?:secret:[A-Za-z0-9/_+=.@:-]{1,2048}(?:#[^{}#\s]{1,256})?|env:[A-Za-z_][A-Za-z0-9_]*)\}\}\Z"
+    r"\{\{(?:secret:[A-Za-z0-9/_+=.@:-]{1,2048}#[^{}#\s]{1,256}|env:[A-Za-z_][A-Za-z0-9_]*)\}\}\Z"
 )
 _NAME: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 _PARAM_KEYS: Final = frozenset(
