@@ -41,7 +41,7 @@ async def open_successor(
     try:
         values = await session.deps.references.resolve(refs) if refs else {}
         adapter = new_adapter(values)
-        new = await upstream.open_unless_stopped(adapter.connect_request(), session.stop_requested)
+        new = await session.deps.open_socket(adapter.connect_request(), session.stop_requested)
     except Exception as error:
         logger.warning(
             "rotation: the successor did not open; keeping the old socket", extra={"error": str(error)}

@@ -51,6 +51,7 @@ from leaseworker.worker.budget import ConnectBudgets
 from leaseworker.worker.failures import FailureRecorder, RecordFailure
 from leaseworker.worker.fence import RECHECK_SECONDS, LeaseFence
 from leaseworker.worker.references import NoReferences, References
+from leaseworker.worker.upstream import SocketOpener, open_unless_stopped
 
 logger = get_logger(__name__)
 
@@ -79,6 +80,9 @@ class SessionDeps:
     tracing: Tracing
     references: References = field(default_factory=NoReferences)
     budgets: ConnectBudgets | None = None  # the fleet's connect budgets per host (worker/budget.py)
+    # How a socket is opened: websockets in production; in-memory sockets in the simulation
+    # (bench/simulator/dst), which runs the real sessions in virtual time.
+    open_socket: SocketOpener = open_unless_stopped
 
 
 class _SinkFailed(Exception):

@@ -130,7 +130,7 @@ class SocketRun:
             raise Stop(s.ending())
         with s.deps.tracing.span("session.connect", connection_id=s.lease.connection_id, epoch=s.lease.epoch):
             try:
-                ws = await upstream.open_unless_stopped(request, s.stop_requested)
+                ws = await s.deps.open_socket(request, s.stop_requested)
             except Exception as error:
                 if is_fatal(error):
                     raise Stop(SessionResult(Outcome.FAILED, f"{type(error).__name__}: {error}")) from None

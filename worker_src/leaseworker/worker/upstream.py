@@ -23,6 +23,7 @@ flow control, then into the upstream: memory stays bounded.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from email.utils import parsedate_to_datetime
 from typing import Final
 
@@ -45,6 +46,10 @@ _PROTOCOL_CLOSES: Final[dict[int, str]] = {
     CloseCode.INVALID_DATA: "invalid UTF-8 in a text frame",
     CloseCode.PROTOCOL_ERROR: "malformed websocket frame",
 }
+
+
+# Opens the socket a ConnectRequest describes, or None if the Event was set first.
+SocketOpener = Callable[[ConnectRequest, asyncio.Event], Awaitable[ClientConnection | None]]
 
 
 async def open_unless_stopped(request: ConnectRequest, stop: asyncio.Event) -> ClientConnection | None:
