@@ -2,7 +2,7 @@
 
 It implements the calls and request shapes that lease/connection_store.py, held_store.py, session_store.py,
 checkpoint_store.py, batch_get.py and admin.py's `add` send: UpdateItem, PutItem, DeleteItem,
-GetItem, BatchGetItem and Query (on the table's two KEYS_ONLY GSIs), with ConditionExpression,
+GetItem, BatchGetItem, Query and Scan (on the table's two KEYS_ONLY GSIs), with ConditionExpression,
 UpdateExpression, ProjectionExpression, ExpressionAttributeNames/Values, ReturnValues,
 pagination (Limit, the 1 MB page, ExclusiveStartKey) and Select=COUNT. A refused condition is
 botocore's ClientError `ConditionalCheckFailedException`, carrying the old item when the request
@@ -221,6 +221,23 @@ class MemoryDynamoDB:
         if more and last is not None:
             response["LastEvaluatedKey"] = dict(entries[-1])
         return response
+
+    async def scan(self, **request: Any) -> dict[str, Any]:
+        """A Scan of one of the table's KEYS_ONLY indexes (absent_owners.held_owners), in one page."""
+        table = self._table(request["TableName"], "Scan")
+        index_name = request.get("IndexName")
+        if index_name not in table.indexes:
+            raise client_error(
+                "ValidationException", f"no index {index_name!r} (table scans: unused)", "Scan"
+            )
+        index = table.indexes[index_name]
+        entries = [
+            entry
+            for item in table.items.values()
+            if (entry := index_entry(item, index.partition_name, index.sort_name)) is not None
+        ]
+        self._charge("Scan", request, rru=read_units(entries, consistent=False, per_item=False))
+        return {"Items": entries, "Count": len(entries), "ScannedCount": len(entries)}
 
     # ------------------------------------------------------------------ plumbing
 
