@@ -11,7 +11,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export CDK_DISABLE_VERSION_CHECK := 1
 
-.PHONY: help deps cdk-deps demo-deps java-check lint typecheck test test-fast demo synth deploy destroy cost bench bench-quick image chaos chaos-suite soak clean
+.PHONY: help deps cdk-deps demo-deps java-check lint typecheck test test-fast demo synth deploy destroy cost bench bench-quick image chaos chaos-suite soak sim clean
 
 help:
 	@echo "make demo    - the local fleet: DynamoDB Local, a feed, workers, a live view"
@@ -23,6 +23,7 @@ help:
 	@echo "make bench   - benchmarks, every design side by side (BENCH=quick: ~5 min); docs/benchmarks.md"
 	@echo "make chaos   - seeded faults against a local fleet, one verdict (SEED=, DURATION<=600, MODE=session|connection)"
 	@echo "make soak    - 30 min steady load with a fault every ~minute; memory slope (SOAK_DURATION=1800, MODE=)"
+	@echo "make sim     - seeded fault schedules against the real workers in virtual time (SCHEDULES=500; SEED=n MODE=m replays one)"
 	@echo "make image   - docker build worker_src and run --help in it (skipped without a Docker engine)"
 
 $(BIN)/python:
@@ -140,6 +141,14 @@ chaos: deps
 
 soak: deps
 	flock /tmp/lw-system.lock $(BIN)/python -m leaseworker_dev.chaos --soak --seed $(SEED) --duration $(SOAK_DURATION) --mode $(MODE)
+
+# Deterministic simulation (bench/simulator/dst): SCHEDULES seeded schedules per mode from seed 1,
+# or, with SEED=n on the command line, schedule n alone (a failure's replay line names SEED and MODE).
+SCHEDULES ?= 500
+sim: deps
+	$(BIN)/python -m bench.simulator.dst \
+		$(if $(filter command line,$(origin SEED)),--seed $(SEED) --schedules 1 --verbose,--seed 1 --schedules $(SCHEDULES)) \
+		--mode $(if $(filter command line,$(origin MODE)),$(MODE),both) $(if $(UNSAFE),--unsafe $(UNSAFE))
 
 clean:
 	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache
