@@ -30,6 +30,7 @@ from leaseworker.worker import failures as failures_module
 from leaseworker.worker import session as session_module
 from leaseworker.worker import upstream as upstream_module
 from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, SessionResult
+from leaseworker.worker.upstream import SocketOpener, open_unless_stopped
 from leaseworker_dev.feed.server import FeedServer
 from tests.worker.bad_upstream import BIG_FRAME_BYTES, LARGEST_FRAME_BYTES, ScriptedUpstream
 
@@ -70,7 +71,14 @@ class RecordingSink:
 
 
 class Harness:
-    def __init__(self, url: str, sink: Any, *, valid_for: float = 3600.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        sink: Any,
+        *,
+        valid_for: float = 3600.0,
+        open_socket: SocketOpener = open_unless_stopped,
+    ) -> None:
         self.failures: list[str] = []
         self.lease = Lease(
             connection_id="c-1",
@@ -85,6 +93,7 @@ class Harness:
             sink=sink,
             metrics=WorkerMetrics(namespace="test", stream=io.StringIO()),
             tracing=configure_tracing(None),
+            open_socket=open_socket,
         )
         self.session = ConnectionSession(self.lease, deps, self._record_failure)
         self.task: asyncio.Task[SessionResult] | None = None
@@ -139,7 +148,7 @@ class ClosedOnSend:
         return None
 
 
-async def test_a_close_during_the_subscribe_send_is_a_reconnect(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_close_during_the_subscribe_send_is_a_reconnect() -> None:
     opened = 0
 
     async def open_closed(*args: Any, **kwargs: Any) -> ClosedOnSend:
@@ -147,8 +156,7 @@ async def test_a_close_during_the_subscribe_send_is_a_reconnect(monkeypatch: pyt
         opened += 1
         return ClosedOnSend()
 
-    monkeypatch.setattr(upstream_module, "open_unless_stopped", open_closed)
-    harness = Harness("ws://127.0.0.1:9/x", RecordingSink())
+    harness = Harness("ws://127.0.0.1:9/x", RecordingSink(), open_socket=open_closed)  # type: ignore[arg-type]
     task = harness.start()
     await until(lambda: opened >= 3 or task.done(), 5, "three connection attempts")
     assert not task.done(), task.result() if not task.exception() else task.exception()

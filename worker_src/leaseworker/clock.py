@@ -61,6 +61,12 @@ def current() -> Clock:
     return _CURRENT.get()
 
 
+def install(clock: Clock) -> None:
+    """Read `clock` from now on in the current context: e.g. run in a copied context that a task
+    is then created with (`contextvars.copy_context().run(install, clock)`)."""
+    _CURRENT.set(clock)
+
+
 @contextlib.contextmanager
 def using(clock: Clock) -> Iterator[None]:
     """Read `clock` in this context and in every task created inside it."""

@@ -42,7 +42,9 @@ def judge(job: tuple[int, str, bool]) -> tuple[bool, float, list[str]]:
     """One schedule: (failed, simulated worker-seconds, the lines to print)."""
     seed, mode, verbose = job
     timings = Timings()
-    plan = schedule(seed, mode, lease_seconds=timings.lease_seconds)
+    plan = schedule(
+        seed, mode, lease_seconds=timings.lease_seconds, max_clock_skew_ms=timings.max_clock_skew_ms
+    )
     verdict = run(plan, timings)
     lines = []
     if not verdict.ok:
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.simulator.dst", description=__doc__.split("\n")[0])
     parser.add_argument("--schedules", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1, help="the first schedule's seed")
-    parser.add_argument("--mode", choices=("session", "connection", "both"), default="both")
+    parser.add_argument("--mode", choices=("session", "connection", "mixed", "both"), default="both")
     parser.add_argument("--unsafe", default="", help="a negative control, e.g. self-fencing")
     parser.add_argument("--verbose", action="store_true", help="every schedule, not only failures")
     parser.add_argument(
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             [sys.executable, "-m", "bench.simulator.dst", *(argv or sys.argv[1:])],
             {**os.environ, "PYTHONHASHSEED": "0"},
         )
-    modes = ("session", "connection") if args.mode == "both" else (args.mode,)
+    modes = ("session", "connection", "mixed") if args.mode == "both" else (args.mode,)
     jobs = [
         (seed, mode, args.verbose) for seed in range(args.seed, args.seed + args.schedules) for mode in modes
     ]

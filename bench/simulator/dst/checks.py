@@ -63,3 +63,19 @@ def served(arrivals: Sequence[Arrival], ids: Sequence[str], *, since: float) -> 
     connection is delivered again."""
     recent = {a.connection_id for a in arrivals if a.at >= since}
     return [f"stranded {cid}: nothing delivered since {since:.1f} s" for cid in ids if cid not in recent]
+
+
+def stopped(
+    arrivals: Sequence[Arrival], stops: Sequence[tuple[str, float, float]], *, within: float
+) -> list[str]:
+    """An operator's stop is obeyed: nothing of a STOPPED connection arrives once the workers
+    have had `within` seconds to notice, until it is started again."""
+    found = []
+    for cid, stopped_at, started_at in stops:
+        late = [a for a in arrivals if a.connection_id == cid and stopped_at + within <= a.at < started_at]
+        if late:
+            found.append(
+                f"stop {cid}: seq {late[0].seq} by {late[0].worker_id} at {late[0].at:.3f} s,"
+                f" stopped at {stopped_at:.3f} s"
+            )
+    return found

@@ -53,7 +53,7 @@ def run(plan: Schedule, timings: Timings = DEFAULT_TIMINGS) -> Verdict:
 
 async def _run(plan: Schedule, timings: Timings, clock: VirtualClock) -> Verdict:
     rng = random.Random(plan.seed)
-    fleet = Fleet(plan.mode, rng, plan.connections, PERIOD, timings)  # type: ignore[arg-type]
+    fleet = Fleet(plan.mode, rng, plan.connections, PERIOD, timings, clock_offsets=plan.clock_offsets)
     await fleet.add_connections()
     for _ in range(plan.workers):
         fleet.start_worker()
@@ -83,6 +83,9 @@ async def _run(plan: Schedule, timings: Timings, clock: VirtualClock) -> Verdict
     sampler.cancel()
     log = fleet.arrivals.log
     verdict.violations += checks.one_deliverer(log) + checks.no_loss(log) + checks.checkpoints(history, log)
+    # A stop is noticed within a reconcile (session mode) or a renewal (connection mode).
+    notice = max(t.reconcile_seconds, t.heartbeat_seconds) + t.heartbeat_seconds + 1.0
+    verdict.violations += checks.stopped(log, fleet.stops, within=notice)
     verdict.ended = {w: worker.ended or "still running" for w, worker in fleet.workers.items()}
     verdict.violations += [
         f"worker {w} {why}" for w, why in verdict.ended.items() if why.startswith(("crashed", "still"))
@@ -101,6 +104,15 @@ async def _inject(fleet: Fleet, fault: Fault, rng: random.Random) -> None:
     if fault.kind == "scale_out" or not live:
         fleet.start_worker()
         return
+    if fault.kind == "stop_start":
+        cid = rng.choice(fleet.ids)
+        admin = fleet.admin()
+        await admin.stop(cid)
+        stopped = asyncio.get_running_loop().time()
+        await asyncio.sleep(fault.seconds)
+        await admin.start(cid)
+        fleet.stops.append((cid, stopped, asyncio.get_running_loop().time()))
+        return
     victim = rng.choice(live)
     if fault.kind == "kill":
         fleet.kill(victim)
@@ -114,6 +126,16 @@ async def _inject(fleet: Fleet, fault: Fault, rng: random.Random) -> None:
         link.lose_replies = 0.3
         await asyncio.sleep(fault.seconds)
         link.lose_replies = 0.0
+        return
+    elif fault.kind == "slow_replies":  # a latency spike, as the robustness cases' (1.4-1.7 s at 3/1)
+        link = fleet.workers[victim].link
+        link.slow_seconds = rng.uniform(0.2, 0.3) * fleet.timings.lease_seconds
+        link.slow_until = asyncio.get_running_loop().time() + fault.seconds
+        return
+    elif fault.kind == "throttle":
+        link = fleet.workers[victim].link
+        link.throttle_share = rng.uniform(0.3, 0.9)
+        link.throttled_until = asyncio.get_running_loop().time() + fault.seconds
         return
     if fault.replace_after is not None:
         await asyncio.sleep(fault.replace_after)

@@ -5,7 +5,16 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-KINDS = ("kill", "terminate", "partition", "lost_replies", "scale_out")
+KINDS = (
+    "kill",
+    "terminate",
+    "partition",
+    "lost_replies",
+    "slow_replies",
+    "throttle",
+    "stop_start",
+    "scale_out",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +33,7 @@ class Schedule:
     connections: int
     faults: tuple[Fault, ...]
     horizon: float  # faults happen before this; then the fleet settles
+    clock_offsets: tuple[float, ...] = ()  # each worker slot's wall clock, within MAX_CLOCK_SKEW
 
     def describe(self) -> str:
         faults = ", ".join(
@@ -34,7 +44,8 @@ class Schedule:
         )
 
 
-def schedule(seed: int, mode: str, *, lease_seconds: float) -> Schedule:
+def schedule(seed: int, mode: str, *, lease_seconds: float, max_clock_skew_ms: int) -> Schedule:
+    """`mode`: session, connection, or mixed (each worker draws one: a rolling mode change)."""
     rng = random.Random(f"schedule-{seed}-{mode}")
     horizon = 40.0
     faults = []
@@ -44,10 +55,13 @@ def schedule(seed: int, mode: str, *, lease_seconds: float) -> Schedule:
         seconds = 0.0
         if kind == "partition":
             seconds = rng.uniform(0.3, 2.5) * lease_seconds  # short of the lease, and well past it
-        elif kind == "lost_replies":
+        elif kind in ("lost_replies", "slow_replies", "throttle"):
             seconds = rng.uniform(2.0, 10.0)
+        elif kind == "stop_start":  # an operator stops a connection, and starts it again later
+            seconds = rng.uniform(1.0, 10.0)
         replace = rng.uniform(0.0, 10.0) if kind in ("kill", "terminate") and rng.random() < 0.7 else None
         faults.append(Fault(at, kind, seconds, replace))
+    skew = max_clock_skew_ms / 1000 / 2  # any two clocks differ by at most MAX_CLOCK_SKEW
     return Schedule(
         seed=seed,
         mode=mode,
@@ -55,4 +69,5 @@ def schedule(seed: int, mode: str, *, lease_seconds: float) -> Schedule:
         connections=rng.randint(4, 16),
         faults=tuple(sorted(faults, key=lambda f: f.at)),
         horizon=horizon,
+        clock_offsets=tuple(rng.uniform(-skew, skew) for _ in range(12)),
     )

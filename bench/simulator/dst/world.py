@@ -12,6 +12,7 @@ process: no fence is written, takeover goes by the lease path).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import io
 import random
@@ -23,6 +24,8 @@ from bench.simulator.dst.sink import Arrivals, RecordingSink
 from bench.simulator.dst.upstream import Upstream
 from bench.simulator.memory_dynamodb import MemoryDynamoDB
 from bench.simulator.memory_table import Database
+from leaseworker import clock
+from leaseworker.clock import Clock
 from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.notify import Notifier
 from leaseworker.observability.metrics import WorkerMetrics
@@ -63,9 +66,26 @@ class SimWorker:
     ended: str | None = None  # why its run ended: "stopped", "fenced", "killed", "crashed: ..."
 
 
+class OffsetClock:
+    """The run's virtual clock, its wall time moved by `offset` seconds (a host's clock error)."""
+
+    def __init__(self, base: Clock, offset: float) -> None:
+        self._base = base
+        self._offset = offset
+
+    def monotonic(self) -> float:
+        return self._base.monotonic()
+
+    def time(self) -> float:
+        return self._base.time() + self._offset
+
+    def time_ns(self) -> int:
+        return self._base.time_ns() + round(self._offset * 1e9)
+
+
 @dataclass
 class Fleet:
-    mode: LeaseMode
+    mode: str  # session, connection, or mixed: each worker draws its own
     rng: random.Random
     connections: int
     period: float
@@ -73,6 +93,8 @@ class Fleet:
     database: Database = field(default_factory=Database)
     arrivals: Arrivals = field(default_factory=Arrivals)
     workers: dict[str, SimWorker] = field(default_factory=dict)
+    clock_offsets: tuple[float, ...] = ()
+    stops: list[tuple[str, float, float]] = field(default_factory=list)  # (connection, stopped, started)
     upstream: Upstream = field(init=False)
     _started: int = 0
 
@@ -85,17 +107,26 @@ class Fleet:
         return [f"c{n:03d}" for n in range(self.connections)]
 
     async def add_connections(self) -> None:
-        admin = LeaseTableAdmin(MemoryDynamoDB(self.database), TABLE)  # type: ignore[arg-type]
+        admin = self.admin()
         for cid in self.ids:
             await admin.add(cid, f"wss://upstream.sim/{cid}")
+
+    def admin(self) -> LeaseTableAdmin:
+        """An operator's CLI: it reaches DynamoDB whatever the workers' links suffer."""
+        return LeaseTableAdmin(MemoryDynamoDB(self.database), TABLE)  # type: ignore[arg-type]
 
     def start_worker(self) -> str:
         self._started += 1
         worker_id = f"w{self._started}"
         t = self.timings
+        mode: LeaseMode
+        if self.mode == "mixed":
+            mode = "session" if self.rng.random() < 0.5 else "connection"
+        else:
+            mode = "session" if self.mode == "session" else "connection"
         settings = Settings(
             table_name=TABLE,
-            lease_mode=self.mode,
+            lease_mode=mode,
             lease_seconds=t.lease_seconds,
             heartbeat_seconds=t.heartbeat_seconds,
             reconcile_seconds=t.reconcile_seconds,
@@ -122,7 +153,13 @@ class Fleet:
             notifier=Notifier(None, None),
         )
         stop = asyncio.Event()
-        task = asyncio.get_running_loop().create_task(worker.run(stop), name=f"worker:{worker_id}")
+        offsets = self.clock_offsets or (0.0,)
+        offset = offsets[(self._started - 1) % len(offsets)]
+        context = contextvars.copy_context()  # the worker's tasks read its own clock
+        context.run(clock.install, OffsetClock(clock.current(), offset))
+        task = asyncio.get_running_loop().create_task(
+            worker.run(stop), name=f"worker:{worker_id}", context=context
+        )
         self.workers[worker_id] = SimWorker(settings, link, sink, stop, task)
         task.add_done_callback(functools.partial(self._ended, worker_id))
         return worker_id
