@@ -285,9 +285,10 @@ NOT_DONE = [
     "last heartbeat; claims published within 0.25 s; the sessions listed after the free count "
     "whenever it finds any. Convergence after 10 deaths improved with it: seed 142.5 -> 88.5 s, "
     "connection 36.0 -> 31.0 s (session 24.5 s and session+supervisor 5.0 s unchanged). The "
-    "simulator's worker loops are a copy of worker/'s, kept in step by hand (both changed "
-    "together here). Listing reads grow with the fleet: 10.4 RRU/s per worker at 100 workers "
-    "(every worker reads every session item each heartbeat), 1,040 RRU/s for the fleet.",
+    "simulator then ran a copy of worker/'s loops; since 2026-12-06 it runs the real workers "
+    "(issue 22), at 10,000 connections and 10 workers. Listing reads grow with the fleet: 10.4 "
+    "RRU/s per worker at 100 workers (every worker reads every session item each heartbeat), "
+    "1,040 RRU/s for the fleet.",
 ]
 
 

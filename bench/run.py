@@ -5,7 +5,7 @@
 .venv/bin/python -m bench.run --mode full --parts simulator   # one part; the others are kept
 
 Parts: `designs` (P1-P4, P7 on real fleets), `p5` (one process's capacity), `p6` (cold start),
-`simulator` (100,000 connections and 100 workers, in virtual time), `p8` (generic/1 against
+`simulator` (the real workers of 10,000 connections and 10 workers, in virtual time), `p8` (generic/1 against
 seqfeed/1 in one worker process). A run of some parts keeps
 the others' results from <out>/results.json, so the report always shows every part.
 """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -10,25 +11,27 @@ from typing import Any
 from bench.designs import runnable
 from bench.simulator.output import MODELLED, REAL, convergence_plot, table
 from bench.simulator.scenario import SIZES, simulate
+from leaseworker.observability.logging import configure_logging
 
 
-def run(size_name: str, out: Path, *, fidelity: str | None = None, seed: int = 12) -> dict[str, Any]:
+def run(size_name: str, out: Path, *, seed: int = 12, designs: list[str] | None = None) -> dict[str, Any]:
+    configure_logging("CRITICAL", stream=io.StringIO())  # the workers' logs are not the figures
     size = SIZES[size_name]
-    if fidelity is not None:
-        size = type(size)(size.name, size.connections, size.workers, size.killed, size.added, fidelity)
     results: dict[str, Any] = {
         "size": size.name,
         "connections": size.connections,
         "workers": size.workers,
         "killed": size.killed,
         "added": size.added,
-        "fidelity": size.fidelity,
+        "period": size.period,
         "seed": seed,
         "real": list(REAL),
         "modelled": list(MODELLED),
         "designs": {},
     }
     for design in runnable():
+        if designs is not None and design.name not in designs:
+            continue
         results["designs"][design.name] = simulate(design, size, seed=seed)
     out.mkdir(parents=True, exist_ok=True)
     (out / "simulator.json").write_text(json.dumps(results, indent=1))
@@ -40,10 +43,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.simulator")
     parser.add_argument("--size", choices=sorted(SIZES), default="tiny")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--fidelity", choices=("exact", "batched"), default=None)
     parser.add_argument("--seed", type=int, default=12)
+    parser.add_argument("--designs", nargs="+", default=None, help="only these designs [default: all]")
     args = parser.parse_args()
-    results = run(args.size, args.out, fidelity=args.fidelity, seed=args.seed)
+    results = run(args.size, args.out, seed=args.seed, designs=args.designs)
     print(table(results))
 
 

@@ -1,12 +1,13 @@
 """An in-memory DynamoDB client for the lease stores, charging DynamoDB's on-demand cost rules.
 
-It implements the calls and request shapes that lease/connection_store.py, held_store.py, session_store.py,
-checkpoint_store.py, batch_get.py and admin.py's `add` send: UpdateItem, PutItem, DeleteItem,
-GetItem, BatchGetItem, Query and Scan (on the table's two KEYS_ONLY GSIs), with ConditionExpression,
-UpdateExpression, ProjectionExpression, ExpressionAttributeNames/Values, ReturnValues,
-pagination (Limit, the 1 MB page, ExclusiveStartKey) and Select=COUNT. A refused condition is
-botocore's ClientError `ConditionalCheckFailedException`, carrying the old item when the request
-set ReturnValuesOnConditionCheckFailure=ALL_OLD, as aiobotocore raises it.
+It implements the calls and request shapes that lease/connection_store.py, held_store.py,
+session_store.py, checkpoint_store.py, batch_get.py and admin.py send: UpdateItem, PutItem,
+DeleteItem, GetItem, BatchGetItem, Query and Scan
+(on the table's two KEYS_ONLY GSIs), with ConditionExpression, UpdateExpression,
+ProjectionExpression, ExpressionAttributeNames/Values, ReturnValues, pagination (Limit, the
+1 MB page, ExclusiveStartKey) and Select=COUNT. A refused condition is botocore's ClientError
+`ConditionalCheckFailedException`, carrying the old item when the request set
+ReturnValuesOnConditionCheckFailure=ALL_OLD, as aiobotocore raises it.
 
 Each call is charged to the client's `Meter` with bench/capacity.py's rules (write_units,
 read_units); a refused conditional write costs ceil(item size / 1 KB) (at least 1) write units
@@ -62,7 +63,6 @@ class MemoryDynamoDB:
     def __init__(self, database: Database, meter: Meter | None = None) -> None:
         self.database = database
         self.meter = meter if meter is not None else Meter()
-        self.last_price: dict[str, float] = {}  # the last call's units, for the bulk paths
 
     # ------------------------------------------------------------------ writes
 
@@ -252,7 +252,6 @@ class MemoryDynamoDB:
     def _charge(self, operation: str, request: dict[str, Any], *, rru: float = 0.0, wru: float = 0.0) -> None:
         kind = kind_of(operation, request)
         self.meter.charge(kind, rru=rru, wru=wru)
-        self.last_price[kind] = rru + wru
 
 
 def _returned(mode: str | None, before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any]:

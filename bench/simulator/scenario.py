@@ -1,13 +1,19 @@
-"""One design's simulated day: warm fleet, steady state, 10 % of workers die, 10 % more join.
+"""One design's simulated run with the real workers: cold start, steady state, deaths, scale-out.
 
-Timeline (virtual seconds): the connections are added through the real `LeaseTableAdmin.add`
-and claimed round-robin through the real `Ownership.claim` (a warm, balanced fleet); the loops
-start; after a warm-up, a steady window prices every worker's calls; then `killed` workers stop
-dead (a host loss: no release, no hint; with `supervised`, their supervisor fences each session
-as a confirmed death at once) and the owned connections are sampled until all are owned again;
-then `added` fresh workers join and the loads are sampled until the real fair-share rule holds
-(max load <= ceil(N / W), all owned). Every sample also checks that no connection is held,
-valid, by two live workers, and that every valid local lease matches the item's owner and epoch.
+The fleet is `make sim`'s (bench/simulator/dst/world.py): the real `Worker`s and every loop they
+run, on one virtual-time event loop, against the in-memory DynamoDB, each worker's calls priced
+on its own meter by DynamoDB's rules. No decision is re-implemented here: the scenario only
+starts, kills and watches workers, and reads the table and the sink from the outside.
+
+Timeline (virtual seconds): the connections are added through `LeaseTableAdmin.add`; the workers
+start (staggered within a second) and claim them cold; once every connection is owned and no
+worker holds more than the fair share, a warm-up, then a steady window prices every worker's
+calls; then `killed` workers die as a host does (no release, no hint; with `supervised`, their
+supervisor fences each session as a confirmed death at once) and the connections owned by a live
+worker are sampled until all are; then `added` workers join and the loads are sampled until the
+fair share holds (max load <= ceil(N / W), all owned). At the end every worker shuts down in
+order, and the sink's arrivals are judged: S1 and S2 (bench/simulator/dst/checks.py), and every
+connection served since the fleet settled.
 """
 
 from __future__ import annotations
@@ -17,23 +23,21 @@ import math
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from bench.designs import Design
-from bench.simulator import peers
 from bench.simulator.clock import VirtualClock, run_virtual
+from bench.simulator.dst import checks
+from bench.simulator.dst.world import TABLE, Fleet, Timings
 from bench.simulator.memory_dynamodb import MemoryDynamoDB
-from bench.simulator.memory_table import Database
-from bench.simulator.worker import SimWorker
-from leaseworker.lease.admin import LeaseTableAdmin
 from leaseworker.lease.liveness import CONFIRMED
 from leaseworker.lease.session_store import SessionStore
-from leaseworker.settings import Settings
+from leaseworker.lease.vocabulary import MAX_ENTRIES_PER_ITEM
 
-TABLE = "leaseworker-sim"
 SAMPLE_SECONDS = 0.5
-CHECK_EVERY_SAMPLES = 10
+LOOP_STEP_SECONDS = 1e-6  # as make sim's (clock.virtual_loop)
 
 
 @dataclass(frozen=True)
@@ -43,29 +47,24 @@ class Size:
     workers: int
     killed: int
     added: int
-    fidelity: str  # "exact": every call through the real stores; "batched": see bulk.py
+    period: float = 5.0  # each feed sends a message every `period` virtual seconds
 
 
 SIZES = {
-    "tiny": Size("tiny", 200, 5, 1, 1, "exact"),
-    "full": Size("full", 100_000, 100, 10, 10, "batched"),
+    "tiny": Size("tiny", 200, 5, 1, 1),
+    # The per-worker loads of a 100,000 × 100 fleet (1,000, then 1,111 after 10 % die), at the
+    # size the real workers run in about an hour of CPU for the four designs (docs/benchmarks.md).
+    "full": Size("full", 10_000, 10, 1, 1),
 }
 
 
-def settings_for(design: Design, size: Size, worker_id: str) -> Settings:
-    share = math.ceil(size.connections / (size.workers - size.killed))
-    return Settings(
-        table_name=TABLE,
-        lease_mode="session" if design.lease_mode == "session" else "connection",
+def timings_of(design: Design) -> Timings:
+    return Timings(
         lease_seconds=design.lease,
         heartbeat_seconds=design.heartbeat,
         reconcile_seconds=design.reconcile,
         checkpoint_seconds=design.checkpoint,
         max_clock_skew_ms=design.skew_ms,
-        # Room for the survivors' share after the deaths (1,112 at 100k/90), within session
-        # mode's one-item checkpoint limit (2,534).
-        max_connections=min(2534, max(1000, 2 * share)),
-        worker_id=worker_id,
     )
 
 
@@ -74,155 +73,117 @@ class Run:
         self.design = design
         self.size = size
         self.rng = random.Random(seed)
-        self.database = Database()
-        self.database.create_table(TABLE)
-        self.workers: dict[str, SimWorker] = {}
-        self.tasks: dict[str, asyncio.Task[None]] = {}
-        self.dead: set[str] = set()
-        self.violations: Counter[str] = Counter()
+        share = math.ceil(size.connections / (size.workers - size.killed))
+        self.fleet = Fleet(
+            design.lease_mode,
+            self.rng,
+            size.connections,
+            size.period,
+            timings_of(design),
+            # Room for the survivors' share after the deaths, within one checkpoint item.
+            max_connections=min(MAX_ENTRIES_PER_ITEM, max(8, 2 * share)),
+        )
         self.samples = 0
 
-    def _new_worker(self, index: int) -> SimWorker:
-        worker_id = f"w{index:04d}"
-        worker = SimWorker(
-            settings_for(self.design, self.size, worker_id),
-            self.database,
-            random.Random(self.rng.random()),
-            fidelity=self.size.fidelity,
-        )
-        self.workers[worker_id] = worker
-        return worker
-
-    def _start(self, worker: SimWorker) -> None:
-        self.tasks[worker.me] = asyncio.get_running_loop().create_task(worker.run())
-
-    def live(self) -> list[SimWorker]:
-        return [w for w in self.workers.values() if w.me not in self.dead and not w.fenced]
-
     def owned(self) -> int:
-        table = self.database.tables[TABLE]
-        return sum(table.owned_by(w.me) for w in self.live())
+        table = self.fleet.database.tables[TABLE]
+        return sum(table.owned_by(w) for w in self.fleet.live())
 
     def loads(self) -> list[int]:
-        table = self.database.tables[TABLE]
-        return [table.owned_by(w.me) for w in self.live()]
+        table = self.fleet.database.tables[TABLE]
+        return [table.owned_by(w) for w in self.fleet.live()]
 
-    def check(self) -> None:
-        """S1 at this instant: one valid holder per connection, and it is the item's owner/epoch."""
-        items = self.database.tables[TABLE].items
-        seen: set[str] = set()
-        for worker in self.live():
-            for lease in worker.live_leases():
-                cid = lease.connection_id
-                if cid in seen:
-                    self.violations["held by two live workers"] += 1
-                seen.add(cid)
-                item = items.get(cid, {})
-                if item.get("lease_owner", {}).get("S") != lease.owner or item.get("lease_epoch", {}).get(
-                    "N"
-                ) != str(lease.epoch):
-                    self.violations["valid local lease not the item's owner/epoch"] += 1
+    def balanced(self) -> bool:
+        loads = self.loads()
+        return sum(loads) >= self.size.connections and max(loads) <= math.ceil(
+            self.size.connections / len(loads)
+        )
 
     async def sample_until(
-        self, done: Any, limit: float, start: float
+        self, done: Callable[[], bool], limit: float, start: float
     ) -> tuple[float | None, list[tuple[float, int]]]:
         loop = asyncio.get_running_loop()
         curve: list[tuple[float, int]] = []
         while loop.time() - start <= limit:
-            owned = self.owned()
-            curve.append((round(loop.time() - start, 3), owned))
+            curve.append((round(loop.time() - start, 3), self.owned()))
             self.samples += 1
-            if self.samples % CHECK_EVERY_SAMPLES == 0:
-                self.check()
-            if done(owned):
-                return loop.time() - start, curve
+            if done():
+                return round(loop.time() - start, 3), curve
             await asyncio.sleep(SAMPLE_SECONDS)
         return None, curve
 
     def meters(self) -> dict[str, tuple[float, float]]:
-        return {w.me: (w.meter.rru, w.meter.wru) for w in self.workers.values()}
+        return {w: (sim.link.meter.rru, sim.link.meter.wru) for w, sim in self.fleet.workers.items()}
+
+    def units_by_kind(self) -> Counter[str]:
+        kinds = Counter[str]()
+        for sim in self.fleet.workers.values():
+            kinds.update(sim.link.meter.units)
+        return kinds
+
+    def moves_since(self, since: float, to: set[str]) -> tuple[int, int]:
+        """Subscribes at a new epoch since `since` (each a move), and how many went to `to`."""
+        moves = to_new = 0
+        for feed in self.fleet.upstream.feeds.values():
+            for at, _epoch, worker_id, _after in feed.subscribes:
+                if at >= since:
+                    moves += 1
+                    to_new += worker_id in to
+        return moves, to_new
 
     async def main(self, clock: VirtualClock) -> dict[str, Any]:
-        size, design = self.size, self.design
+        size, design, fleet = self.size, self.design, self.fleet
         loop = asyncio.get_running_loop()
-        admin = LeaseTableAdmin(MemoryDynamoDB(self.database), TABLE)  # type: ignore[arg-type]
-        ids = [f"feed-{i:07d}" for i in range(size.connections)]
-        for cid in ids:
-            await admin.add(cid, f"wss://upstream.example/{cid}")
-        fleet = [self._new_worker(i) for i in range(size.workers)]
-        for worker in fleet:
-            await worker.beat()
-        for i, cid in enumerate(ids):
-            await fleet[i % len(fleet)].claim(cid)
-        for worker in fleet:
-            self._start(worker)
+        await fleet.add_connections()
+        started_at = loop.time()
+        for _ in range(size.workers):
+            fleet.start_worker()
+            await asyncio.sleep(self.rng.uniform(0.0, 1.0 / size.workers))
+        cold, _ = await self.sample_until(self.balanced, 30 * design.reconcile + design.lease, started_at)
         warmup = 2 * design.heartbeat + 1
         window = max(60.0, 2 * design.reconcile)
         await asyncio.sleep(warmup)
-        before = self.meters()
-        kinds_before = Counter[str]()
-        for w in fleet:
-            kinds_before.update(w.meter.units)
+        before, kinds_before = self.meters(), self.units_by_kind()
         await asyncio.sleep(window)
-        after = self.meters()
-        kinds = Counter[str]()
-        for w in fleet:
-            kinds.update(w.meter.units)
+        after, kinds = self.meters(), self.units_by_kind()
         kinds.subtract(kinds_before)
-        rates = {
-            k: ((after[k][0] - before[k][0]) / window, (after[k][1] - before[k][1]) / window) for k in after
-        }
+        rates = {k: ((r - before[k][0]) / window, (w - before[k][1]) / window) for k, (r, w) in after.items()}
         steady = _steady(rates, size.connections, window, kinds)
 
-        # ---- deaths
-        victims = self.rng.sample(sorted(self.workers), size.killed)
+        # ---- deaths: a host loss (the lease path), or with `supervised` a fence at once
+        victims = self.rng.sample(sorted(fleet.live()), size.killed)
+        table = fleet.database.tables[TABLE]
+        orphaned = sum(table.owned_by(v) for v in victims)
         killed_at = loop.time()
-        held_by_victims = sum(self.database.tables[TABLE].owned_by(v) for v in victims)
         for victim in victims:
-            self.dead.add(victim)
-            self.tasks[victim].cancel()
-            self.workers[victim].peers.cancel()
+            fleet.kill(victim)
         if design.supervised:
-            supervisor = SessionStore(MemoryDynamoDB(self.database), TABLE)  # type: ignore[arg-type]
+            supervisor = SessionStore(MemoryDynamoDB(fleet.database), TABLE)  # type: ignore[arg-type]
             for victim in victims:
                 await supervisor.fence(
                     victim, seen_hb=None, me=f"supervisor-{victim}", kind=CONFIRMED, reason="exit"
                 )
-        await asyncio.sleep(0)
         limit = design.lease + 4 * design.reconcile + 60
-        converged, curve = await self.sample_until(lambda owned: owned >= size.connections, limit, killed_at)
-        meters_after_death = self.meters()
+        converged, curve = await self.sample_until(lambda: self.owned() >= size.connections, limit, killed_at)
+        after_death = self.meters()
         # ---- scale-out, once the survivors are balanced (or after three reconciles)
-        survivors = len(self.live())
-        await self.sample_until(
-            lambda _: max(self.loads()) <= math.ceil(size.connections / survivors),
-            3 * design.reconcile,
-            loop.time(),
-        )
-        claims_before = {w.me: w.claims for w in self.workers.values()}
-        releases_before = sum(w.releases for w in self.workers.values())
-        base = len(self.workers)
-        for i in range(size.added):
-            worker = self._new_worker(base + i)
-            self._start(worker)
+        await self.sample_until(self.balanced, 3 * design.reconcile, loop.time())
         added_at = loop.time()
-        fleet_size = len(self.live())
+        new = {fleet.start_worker() for _ in range(size.added)}
         balanced_limit = min(600.0, 30 * design.reconcile)
-        balanced, scale_curve = await self.sample_until(
-            lambda owned: (
-                owned >= size.connections and max(self.loads()) <= math.ceil(size.connections / fleet_size)
-            ),
-            balanced_limit,
-            added_at,
-        )
-        self.check()
+        balanced, _ = await self.sample_until(self.balanced, balanced_limit, added_at)
+        moves, to_new = self.moves_since(added_at, new)
         loads = self.loads()
-        moves = sum(w.claims - claims_before.get(w.me, 0) for w in self.workers.values())
-        for worker_id, task in self.tasks.items():
-            task.cancel()
-            self.workers[worker_id].peers.cancel()  # takeover sweeps still waiting on a rank
-        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
-        takeover_units = _delta(meters_after_death, after)
+        settled_at = loop.time()
+        await asyncio.sleep(2 * size.period + design.checkpoint)
+        served = checks.served(fleet.arrivals.log, fleet.ids, since=settled_at)
+        for worker_id in fleet.live():  # an ordered shutdown of all
+            fleet.terminate(worker_id)
+        await asyncio.wait([w.task for w in fleet.workers.values()], timeout=60.0)
+        log = fleet.arrivals.log
+        violations = served + checks.one_deliverer(log) + checks.no_loss(log)
+        ended = {w: sim.ended or "still running" for w, sim in fleet.workers.items()}
+        violations += [f"worker {w} {why}" for w, why in ended.items() if why.startswith(("crash", "still"))]
         return {
             "design": design.name,
             "lease_mode": design.lease_mode,
@@ -234,28 +195,30 @@ class Run:
                 "checkpoint": design.checkpoint,
                 "skew_ms": design.skew_ms,
             },
-            "max_connections": fleet[0].settings.max_connections,
+            "max_connections": fleet.max_connections,
+            "cold_start_seconds": cold,
             "steady": steady,
             "death": {
                 "killed": size.killed,
-                "connections_orphaned": held_by_victims,
+                "connections_orphaned": orphaned,
                 "convergence_seconds": converged,
                 "curve": curve,
-                "units_until_converged": takeover_units,
+                "units_until_converged": _delta(after_death, after),
             },
             "scale_out": {
                 "added": size.added,
                 "moves": moves,
-                "releases": sum(w.releases for w in self.workers.values()) - releases_before,
+                "moves_to_new": to_new,
                 "balanced_seconds": balanced,
                 "limit_seconds": balanced_limit,
-                "fair_share": math.ceil(size.connections / fleet_size),
+                "fair_share": math.ceil(size.connections / len(loads)),
                 "max_load": max(loads),
                 "min_load": min(loads),
-                "curve_max_load": [(t, n) for t, n in scale_curve][-1:],
             },
-            "violations": dict(self.violations),
-            "invariant_checks": self.samples // CHECK_EVERY_SAMPLES + 1,
+            "violations": dict(Counter(v.split(" ", 1)[0] for v in violations)),
+            "first_violations": violations[:5],
+            "delivered": len(log),
+            "invariant_checks": {"arrivals judged": len(log), "samples": self.samples},
             "virtual_seconds": round(clock.now, 1),
         }
 
@@ -288,10 +251,11 @@ def _delta(
 
 
 def simulate(design: Design, size: Size, *, seed: int = 12) -> dict[str, Any]:
-    peers._RANKS.clear()
+    random.seed(seed)  # the workers' own jitter draws from here (as make sim's)
     run = Run(design, size, seed)
     started = time.perf_counter()
-    result = run_virtual(run.main)
+    cpu = time.process_time()
+    result = run_virtual(run.main, step=LOOP_STEP_SECONDS)
     result["wall_seconds"] = round(time.perf_counter() - started, 1)
-    result["fidelity"] = size.fidelity
+    result["cpu_seconds"] = round(time.process_time() - cpu, 1)
     return result

@@ -20,6 +20,7 @@ THROTTLED = "ProvisionedThroughputExceededException"
 class Link:
     def __init__(self, inner: MemoryDynamoDB, rng: random.Random, latency: tuple[float, float]) -> None:
         self._inner = inner
+        self.meter = inner.meter  # the units this worker's calls were charged
         self._rng = rng
         self._latency = latency
         self.partitioned_until = -math.inf

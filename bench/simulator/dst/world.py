@@ -27,6 +27,7 @@ from bench.simulator.memory_table import Database
 from leaseworker import clock
 from leaseworker.clock import Clock
 from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.lease.vocabulary import MAX_ENTRIES_PER_ITEM
 from leaseworker.notify import Notifier
 from leaseworker.observability.metrics import WorkerMetrics
 from leaseworker.observability.tracing import Tracing
@@ -94,6 +95,7 @@ class Fleet:
     arrivals: Arrivals = field(default_factory=Arrivals)
     workers: dict[str, SimWorker] = field(default_factory=dict)
     clock_offsets: tuple[float, ...] = ()
+    max_connections: int | None = None  # per worker (None: all, within one item's entries)
     stops: list[tuple[str, float, float]] = field(default_factory=list)  # (connection, stopped, started)
     upstream: Upstream = field(init=False)
     _started: int = 0
@@ -104,7 +106,8 @@ class Fleet:
 
     @property
     def ids(self) -> list[str]:
-        return [f"c{n:03d}" for n in range(self.connections)]
+        width = max(3, len(str(self.connections - 1)))
+        return [f"c{n:0{width}d}" for n in range(self.connections)]
 
     async def add_connections(self) -> None:
         admin = self.admin()
@@ -134,7 +137,7 @@ class Fleet:
             max_clock_skew_ms=t.max_clock_skew_ms,
             metrics_seconds=60.0,
             shutdown_grace_seconds=10.0,
-            max_connections=max(8, self.connections),
+            max_connections=self.max_connections or min(MAX_ENTRIES_PER_ITEM, max(8, self.connections)),
             sink="null",
             worker_id=worker_id,
         )

@@ -1,7 +1,7 @@
 """The reconcile's decisions, as pure functions of one fleet view (docs/design.md §2.0).
 
-The acquirer (worker/acquirer.py) and the simulator (bench/simulator/worker.py) both decide with
-these, so the simulator cannot drift from the worker on what to claim and what to hand back:
+The acquirer (worker/acquirer.py) decides with these; they are pure, so unit tests reach every
+rule without a fleet, and the simulator runs the real acquirer that calls them:
 - `plan_share`: the fair share, who else claims now, the free connections no peer has room for,
   and what to hand back (only an excess that two consecutive views agree on);
 - `room`: how many more may be claimed, up to the share or up to MAX_CONNECTIONS;
