@@ -14,8 +14,10 @@ worker shares one wall clock here (no skew is simulated).
 from __future__ import annotations
 
 import asyncio
+import collections
 import selectors
 from collections.abc import Callable, Coroutine
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from leaseworker.clock import using
@@ -26,6 +28,43 @@ EPOCH_SECONDS = 1_800_000_000.0  # the wall clock at virtual time 0 (2027-01-15)
 
 class Deadlock(RuntimeError):
     """Nothing is scheduled and nothing is ready: the simulation would wait forever."""
+
+
+class Process:
+    """One simulated process. While `paused` (SIGSTOP), none of its callbacks run: every handle
+    of a task started in its context (`PROCESS`) waits, timers and I/O wake-ups alike, and runs
+    in order once it resumes (SIGCONT). Its clocks go on, as a host's do."""
+
+    def __init__(self) -> None:
+        self.paused = False
+        self.held: list[asyncio.Handle] = []
+
+
+PROCESS: ContextVar[Process | None] = ContextVar("simulated_process", default=None)
+
+
+class _Ready(collections.deque[asyncio.Handle]):
+    """The loop's ready queue, holding back the handles of a paused process (clock.Process)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._skip = asyncio.Handle(lambda: None, (), loop)
+        self._skip.cancel()  # the loop passes over a cancelled handle
+
+    def popleft(self) -> asyncio.Handle:
+        handle = super().popleft()
+        process = handle._context.get(PROCESS)  # type: ignore[attr-defined]
+        if process is not None and process.paused:
+            process.held.append(handle)
+            return self._skip
+        return handle
+
+
+def resume(loop: asyncio.AbstractEventLoop, process: Process) -> None:
+    """SIGCONT: what `process` was held from running, runs now, in its order."""
+    process.paused = False
+    held, process.held = process.held, []
+    loop._ready.extend(held)  # type: ignore[attr-defined]
 
 
 class VirtualClock:
@@ -66,6 +105,7 @@ def virtual_loop(clock: VirtualClock, *, step: float = 0.0) -> asyncio.AbstractE
     clock, which moves only when nothing is ready, never reaches t. A real loop spins there for
     a moment; a virtual one forever. The fleet simulation (bench/simulator/dst) takes 1 µs."""
     loop = asyncio.SelectorEventLoop(_Selector(clock, step))  # type: ignore[arg-type]
+    loop._ready = _Ready(loop)  # type: ignore[attr-defined]
     loop.time = clock.monotonic  # type: ignore[method-assign]
     loop._clock_resolution = 1e-9  # type: ignore[attr-defined]  # timers fire at their exact time
     return loop

@@ -2,7 +2,7 @@
 
 It implements the calls and request shapes that lease/connection_store.py, held_store.py,
 session_store.py, checkpoint_store.py, batch_get.py and admin.py send: UpdateItem, PutItem,
-DeleteItem, GetItem, BatchGetItem, Query and Scan
+DeleteItem, TransactWriteItems (admin.py's `remove`), GetItem, BatchGetItem, Query and Scan
 (on the table's two KEYS_ONLY GSIs), with ConditionExpression, UpdateExpression,
 ProjectionExpression, ExpressionAttributeNames/Values, ReturnValues, pagination (Limit, the
 1 MB page, ExclusiveStartKey) and Select=COUNT. A refused condition is botocore's ClientError
@@ -148,6 +148,45 @@ class MemoryDynamoDB:
         price = write_units(before, after)
         table.store(cid, before, after)
         self._charge(operation, request, wru=price.total)
+
+    async def transact_write_items(self, **request: Any) -> dict[str, Any]:
+        """All or nothing: every condition is checked first (ConditionCheck, Update, Put, Delete),
+        then all are applied, each at twice its write units (DynamoDB's transactional price). A
+        refusal is `TransactionCanceledException` with one reason per item, as aiobotocore raises."""
+        staged = []
+        reasons = []
+        for entry in request["TransactItems"]:
+            ((action, body),) = entry.items()
+            key = body["Item"] if action == "Put" else body["Key"]
+            table, cid, before = self._locate(body | {"Key": {"connection_id": key["connection_id"]}}, action)
+            text = body.get("ConditionExpression")
+            values = body.get("ExpressionAttributeValues", {})
+            names = body.get("ExpressionAttributeNames", {})
+            ok = not text or expressions.condition(text)(before or {}, values, names)
+            reasons.append({"Code": "None"} if ok else {"Code": "ConditionalCheckFailed"})
+            staged.append((action, body, table, cid, before))
+        if any(r["Code"] != "None" for r in reasons):
+            self._charge("TransactWriteItems", request, wru=2.0 * len(staged))
+            error = client_error("TransactionCanceledException", "cancelled", "TransactWriteItems")
+            error.response["CancellationReasons"] = reasons  # type: ignore[typeddict-item]
+            raise error
+        units = 0.0
+        for action, body, table, cid, before in staged:
+            if action == "ConditionCheck":
+                units += 2.0 * max(1, math.ceil(item_size(before) / 1024))
+                continue
+            after: dict[str, Any] | None
+            if action == "Update":
+                base = before if before is not None else dict(body["Key"])
+                values = body.get("ExpressionAttributeValues", {})
+                names = body.get("ExpressionAttributeNames", {})
+                after = expressions.update(body["UpdateExpression"]).apply(base, values, names)
+            else:
+                after = dict(body["Item"]) if action == "Put" else None
+            units += 2.0 * write_units(before, after).total
+            table.store(cid, before, after)
+        self._charge("TransactWriteItems", request, wru=units)
+        return {}
 
     # ------------------------------------------------------------------ reads
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -18,9 +19,11 @@ from bench.simulator.dst.sink import Arrival
 from bench.simulator.dst.world import TABLE, Fleet, Timings
 from leaseworker.lease.attribute_values import checkpoint_key
 from leaseworker.lease.checkpoint_store import effective_checkpoint, entries_from
+from leaseworker.lease.removal import NotRemovable
 
 PERIOD = 0.5  # a message per connection every half second
 SAMPLE_SECONDS = 0.25  # how often the table's checkpoints are read for S3
+REMOVE_WITHIN = 60.0  # a STOPPED connection is handed back, and so removable, within this
 LOOP_STEP_SECONDS = 1e-6  # each loop iteration takes a microsecond (clock.virtual_loop)
 
 
@@ -75,7 +78,8 @@ async def _run(plan: Schedule, timings: Timings, clock: VirtualClock) -> Verdict
     settled_at = clock.now
     await asyncio.sleep(3 * PERIOD + t.checkpoint_seconds)
     verdict = Verdict(plan, virtual_seconds=clock.now)
-    verdict.violations += checks.served(fleet.arrivals.log, fleet.ids, since=settled_at)
+    serving = [cid for cid in fleet.ids if cid not in fleet.removed]
+    verdict.violations += checks.served(fleet.arrivals.log, serving, since=settled_at) + fleet.refusals
     for worker_id in fleet.live():  # an ordered shutdown of all: the final checkpoints land
         fleet.terminate(worker_id)
     await asyncio.wait([w.task for w in fleet.workers.values()], timeout=30.0)
@@ -104,14 +108,8 @@ async def _inject(fleet: Fleet, fault: Fault, rng: random.Random) -> None:
     if fault.kind == "scale_out" or not live:
         fleet.start_worker()
         return
-    if fault.kind == "stop_start":
-        cid = rng.choice(fleet.ids)
-        admin = fleet.admin()
-        await admin.stop(cid)
-        stopped = asyncio.get_running_loop().time()
-        await asyncio.sleep(fault.seconds)
-        await admin.start(cid)
-        fleet.stops.append((cid, stopped, asyncio.get_running_loop().time()))
+    if fault.kind in ("stop_start", "remove"):
+        await _operate(fleet, fault, rng)
         return
     victim = rng.choice(live)
     if fault.kind == "kill":
@@ -120,6 +118,9 @@ async def _inject(fleet: Fleet, fault: Fault, rng: random.Random) -> None:
         fleet.terminate(victim)
     elif fault.kind == "partition":
         fleet.partition(victim, fault.seconds)
+        return
+    elif fault.kind == "pause":
+        fleet.pause(victim, fault.seconds)
         return
     elif fault.kind == "lost_replies":
         link = fleet.workers[victim].link
@@ -140,6 +141,38 @@ async def _inject(fleet: Fleet, fault: Fault, rng: random.Random) -> None:
     if fault.replace_after is not None:
         await asyncio.sleep(fault.replace_after)
         fleet.start_worker()
+
+
+async def _operate(fleet: Fleet, fault: Fault, rng: random.Random) -> None:
+    """An operator stops a connection and starts it again, or stops and removes it (the CLI's
+    `remove`, retried until the workers have let it go)."""
+    free = [cid for cid in fleet.ids if cid not in fleet.operated and cid not in fleet.removed]
+    if not free:
+        return
+    cid = rng.choice(free)
+    fleet.operated.add(cid)
+    admin = fleet.admin()
+    loop = asyncio.get_running_loop()
+    await admin.stop(cid)
+    stopped = loop.time()
+    if fault.kind == "stop_start":
+        await asyncio.sleep(fault.seconds)
+        await admin.start(cid)
+        fleet.stops.append((cid, stopped, loop.time()))
+    else:
+        fleet.stops.append((cid, stopped, math.inf))
+        deadline = loop.time() + REMOVE_WITHIN
+        while True:
+            try:
+                await admin.remove(cid)
+                break
+            except NotRemovable as refused:  # still held: its owner has not handed it back yet
+                if loop.time() > deadline:
+                    fleet.refusals.append(f"remove {cid}: refused for {REMOVE_WITHIN:.0f} s ({refused})")
+                    break
+                await asyncio.sleep(1.0)
+        fleet.removed.add(cid)
+    fleet.operated.discard(cid)
 
 
 async def _sample(fleet: Fleet, history: dict[str, list[tuple[float, int]]]) -> None:

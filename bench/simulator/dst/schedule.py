@@ -14,6 +14,8 @@ KINDS = (
     "throttle",
     "stop_start",
     "scale_out",
+    "pause",
+    "remove",
 )
 
 
@@ -21,7 +23,7 @@ KINDS = (
 class Fault:
     at: float
     kind: str
-    seconds: float = 0.0  # how long a partition or a window of lost replies lasts
+    seconds: float = 0.0  # how long a partition, a pause or a window of lost replies lasts
     replace_after: float | None = None  # a killed or stopped worker's successor starts then
 
 
@@ -53,7 +55,7 @@ def schedule(seed: int, mode: str, *, lease_seconds: float, max_clock_skew_ms: i
         kind = rng.choice(KINDS)
         at = rng.uniform(8.0, horizon - 5.0)
         seconds = 0.0
-        if kind == "partition":
+        if kind in ("partition", "pause"):
             seconds = rng.uniform(0.3, 2.5) * lease_seconds  # short of the lease, and well past it
         elif kind in ("lost_replies", "slow_replies", "throttle"):
             seconds = rng.uniform(2.0, 10.0)

@@ -6,7 +6,8 @@ Worker and its loops, the sessions and their socket loop, the seqfeed/1 adapter,
 contract's validity check). Stand-ins: the DynamoDB client (bench/simulator/memory_dynamodb.py,
 behind a faulty link), the sockets (upstream.py), the sink (sink.py), metrics written nowhere,
 no SQS hints (reconcile and the peer watch are the paths), no supervisor (a kill takes the whole
-process: no fence is written, takeover goes by the lease path).
+process: no fence is written, takeover goes by the lease path). A pause holds every callback of
+the worker's tasks on the loop (bench/simulator/clock.py `Process`), as SIGSTOP does.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import random
 import traceback
 from dataclasses import dataclass, field
 
+from bench.simulator.clock import PROCESS, Process, resume
 from bench.simulator.dst.link import Link
 from bench.simulator.dst.sink import Arrivals, RecordingSink
 from bench.simulator.dst.upstream import Upstream
@@ -64,6 +66,7 @@ class SimWorker:
     sink: RecordingSink
     stop: asyncio.Event
     task: asyncio.Task[None]
+    process: Process
     ended: str | None = None  # why its run ended: "stopped", "fenced", "killed", "crashed: ..."
 
 
@@ -97,6 +100,9 @@ class Fleet:
     clock_offsets: tuple[float, ...] = ()
     max_connections: int | None = None  # per worker (None: all, within one item's entries)
     stops: list[tuple[str, float, float]] = field(default_factory=list)  # (connection, stopped, started)
+    removed: set[str] = field(default_factory=set)
+    operated: set[str] = field(default_factory=set)  # stopped or being removed by the operator now
+    refusals: list[str] = field(default_factory=list)  # what the operator was refused for too long
     upstream: Upstream = field(init=False)
     _started: int = 0
 
@@ -160,10 +166,12 @@ class Fleet:
         offset = offsets[(self._started - 1) % len(offsets)]
         context = contextvars.copy_context()  # the worker's tasks read its own clock
         context.run(clock.install, OffsetClock(clock.current(), offset))
+        process = Process()
+        context.run(PROCESS.set, process)
         task = asyncio.get_running_loop().create_task(
             worker.run(stop), name=f"worker:{worker_id}", context=context
         )
-        self.workers[worker_id] = SimWorker(settings, link, sink, stop, task)
+        self.workers[worker_id] = SimWorker(settings, link, sink, stop, task, process)
         task.add_done_callback(functools.partial(self._ended, worker_id))
         return worker_id
 
@@ -196,6 +204,18 @@ class Fleet:
         worker.sink.cut = True
         self.upstream.cut(worker_id)
         worker.task.cancel()
+        if worker.process.paused:  # SIGKILL ends a stopped process too
+            resume(asyncio.get_running_loop(), worker.process)
+
+    def pause(self, worker_id: str, seconds: float) -> None:
+        """SIGSTOP, then SIGCONT after `seconds`: none of the worker's code runs in between, its
+        sockets, DynamoDB calls and timers wait, and its clock goes on (clock.Process)."""
+        process = self.workers[worker_id].process
+        if process.paused:
+            return
+        process.paused = True
+        loop = asyncio.get_running_loop()
+        loop.call_later(seconds, resume, loop, process)
 
     def terminate(self, worker_id: str) -> None:
         """SIGTERM: the ordered shutdown of docs/design.md §3."""
