@@ -58,3 +58,16 @@ def test_the_negative_controls_are_found(
     assert done.returncode == 1, done.stdout + done.stderr
     assert any(f"\n  {kind}" in done.stdout for kind in found), done.stdout
     assert "replay: make sim SEED=" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("seed", "mode"),
+    [
+        # A worker started while a fenced peer still held claimable connections crashed in its
+        # startup listing (peers.py asserted a takeover group that run() had not made yet).
+        (108, "session"),
+    ],
+)
+def test_the_schedules_that_found_a_bug_pass(seed: int, mode: str) -> None:
+    done = simulate("--seed", str(seed), "--schedules", "1", "--mode", mode)
+    assert done.returncode == 0, done.stdout + done.stderr

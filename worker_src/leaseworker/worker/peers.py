@@ -281,9 +281,10 @@ class PeerWatch:
             resume = resume_seq(entries, connection.connection_id, connection.epoch)
             cursor = cursors.get(connection.connection_id) if resume > NO_CHECKPOINT else None
             await self._release_for(dead, connection, resume, cursor)
-        if not claimable:
+        if not claimable or self._group is None:
+            # No group yet: the startup round (worker/app.py), which counts them in our share;
+            # run()'s first round follows at once and schedules the claims.
             return
-        assert self._group is not None
         for connection in claimable:
             delay = claim_delay(connection.connection_id, self._me, live, TAKEOVER_STEP_SECONDS)
             resume = resume_seq(entries, connection.connection_id, connection.epoch)
