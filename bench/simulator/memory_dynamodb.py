@@ -2,7 +2,7 @@
 
 It implements the calls and request shapes that lease/connection_store.py, held_store.py,
 session_store.py, checkpoint_store.py, batch_get.py and admin.py send: UpdateItem, PutItem,
-DeleteItem, TransactWriteItems (admin.py's `remove`), GetItem, BatchGetItem, Query and Scan
+DeleteItem, BatchWriteItem, TransactWriteItems (admin.py's `remove`), GetItem, BatchGetItem, Query and Scan
 (on the table's two KEYS_ONLY GSIs), with ConditionExpression, UpdateExpression,
 ProjectionExpression, ExpressionAttributeNames/Values, ReturnValues, pagination (Limit, the
 1 MB page, ExclusiveStartKey) and Select=COUNT. A refused condition is botocore's ClientError
@@ -32,6 +32,8 @@ from bench.simulator.memory_table import Database, Table, sort_value
 
 PAGE_BYTES = 1024 * 1024  # a Query page ends once it has read 1 MB
 BATCH_GET_LIMIT = 100
+BATCH_WRITE_LIMIT = 25
+ITEM_LIMIT_BYTES = 400 * 1024
 
 
 @dataclass
@@ -145,9 +147,25 @@ class MemoryDynamoDB:
         before: dict[str, Any] | None,
         after: dict[str, Any] | None,
     ) -> None:
+        if after is not None and item_size(after) > ITEM_LIMIT_BYTES:
+            raise client_error(
+                "ValidationException", "Item size has exceeded the maximum allowed size", operation
+            )
         price = write_units(before, after)
         table.store(cid, before, after)
         self._charge(operation, request, wru=price.total)
+
+    async def batch_write_item(self, **request: Any) -> dict[str, Any]:
+        """Puts and deletes, each unconditional, as BatchWriteItem's; nothing left unprocessed."""
+        for name, writes in request["RequestItems"].items():
+            if len(writes) > BATCH_WRITE_LIMIT:
+                raise client_error("ValidationException", "Too many items requested", "BatchWriteItem")
+            for write in writes:
+                if "PutRequest" in write:
+                    await self.put_item(TableName=name, Item=write["PutRequest"]["Item"])
+                else:
+                    await self.delete_item(TableName=name, Key=write["DeleteRequest"]["Key"])
+        return {"UnprocessedItems": {}}
 
     async def transact_write_items(self, **request: Any) -> dict[str, Any]:
         """All or nothing: every condition is checked first (ConditionCheck, Update, Put, Delete),
@@ -279,6 +297,17 @@ class MemoryDynamoDB:
         return {"Items": entries, "Count": len(entries), "ScannedCount": len(entries)}
 
     # ------------------------------------------------------------------ plumbing
+
+    async def describe_table(self, **request: Any) -> dict[str, Any]:
+        table = self._table(request["TableName"], "DescribeTable")
+        indexes = [{"IndexName": name, "IndexStatus": "ACTIVE"} for name in table.indexes]
+        return {
+            "Table": {
+                "TableName": request["TableName"],
+                "TableStatus": "ACTIVE",
+                "GlobalSecondaryIndexes": indexes,
+            }
+        }
 
     def _table(self, name: str, operation: str) -> Table:
         table = self.database.tables.get(name)

@@ -17,12 +17,18 @@ from leaseworker_dev.local.proxy import TcpProxy
 
 
 @pytest.fixture
-async def ddb(dynamodb_endpoint: str) -> AsyncIterator[DynamoDBClient]:
+async def dynamodb_local_client(dynamodb_endpoint: str) -> AsyncIterator[DynamoDBClient]:
     session = aioboto3.Session()
     async with session.client(
         "dynamodb", endpoint_url=dynamodb_endpoint, region_name="us-east-1", config=LEASE_CLIENT_CONFIG
     ) as client:
         yield client
+
+
+@pytest.fixture
+def ddb(dynamodb_local_client: DynamoDBClient) -> DynamoDBClient:
+    """The lease table's client (the contract modules run on the in-memory one too: store_backends.py)."""
+    return dynamodb_local_client
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.results import Acquired
 from leaseworker.settings import Settings
-from tests.worker.test_session_store_contract import VALID, session_table  # noqa: F401 (fixture)
+from tests.worker.contract.test_session_stores import VALID, session_table  # noqa: F401 (fixture)
 
 CONFIG = json.dumps({"connect": {"url": "ws://127.0.0.1:9/jet{{#cursor}}?cursor={{cursor}}{{/cursor}}"}})
 

@@ -1,4 +1,5 @@
-"""Session mode's store contract, against DynamoDB Local (docs/design.md §2.0, §2b).
+"""Session mode's store contract, against DynamoDB Local and the in-memory client (conftest.py;
+docs/design.md §2.0, §2b).
 
 Sessions: the fence and a zombie's heartbeat after it; checkpoints: batched, fenced, never
 backwards; session-held connections: invisible to connection mode, claimed by owner + epoch;
@@ -114,9 +115,9 @@ class CapacityMeter:
 
 
 @pytest.fixture
-def meter(ddb: DynamoDBClient) -> Iterator[CapacityMeter]:
+def meter(network_client: DynamoDBClient) -> Iterator[CapacityMeter]:
     meter = CapacityMeter()
-    events = ddb.meta.events
+    events = network_client.meta.events
     events.register("provide-client-params.dynamodb.*", meter.ask)
     events.register("after-call.dynamodb.*", meter.record)
     yield meter

@@ -1,4 +1,4 @@
-"""The lease store's contract, against DynamoDB Local (the lease table is never mocked)."""
+"""The connection-mode store's contract, against DynamoDB Local and the in-memory client (conftest.py)."""
 
 from __future__ import annotations
 
@@ -238,7 +238,11 @@ async def test_checkpoint_never_moves_backwards(ddb: DynamoDBClient, table: str,
 
 
 async def test_acquire_whose_reply_is_lost_is_adopted(
-    ddb: DynamoDBClient, table: str, settings: Settings, dynamodb_endpoint: str
+    ddb: DynamoDBClient,
+    table: str,
+    settings: Settings,
+    dynamodb_endpoint: str,
+    network_client: DynamoDBClient,
 ) -> None:
     """The write lands but the reply arrives after the call's deadline: a read-back adopts it."""
     from urllib.parse import urlsplit
