@@ -15,7 +15,7 @@ REAL = (
     "checkpointer, heartbeat, peer watch), the sessions, their socket loop and the seqfeed/1 "
     "adapter, the lease stores and admin.add: `make sim`'s fleet (bench/simulator/dst/world.py)",
     "DynamoDB's conditional writes and its cost rules (bench/capacity.py) in the in-memory client, "
-    "which answers the store calls as DynamoDB Local does (tests/worker/test_simulator.py)",
+    "which answers the store calls as DynamoDB Local does (tests/worker/tooling/test_simulator.py)",
     "the sink's order of arrival, judged for S1 and S2 (bench/simulator/dst/checks.py)",
 )
 MODELLED = (

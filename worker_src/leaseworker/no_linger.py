@@ -16,7 +16,7 @@ must not land later, after the lease has moved. Two places can still hold its by
    closes the socket at once. So every close of these connections is an abort
    (`AbortOnCloseHandler`).
 
-Both are needed (tests/worker/test_late_write.py shows each): with only (2), a request that fits
+Both are needed (tests/worker/integration/test_late_write.py shows each): with only (2), a request that fits
 in the kernel's buffers is still sent in full after close(), and lands; with only (1), the
 abandoned request is still alive when the sink gives up, its socket open, and asyncio sends its
 buffer whenever the path lets it, so whether it completes depends on the path, not on us.
@@ -33,9 +33,9 @@ form: aiohttp offers no way to choose the protocol a connector builds (checked a
 documentation for 3.14), so it sets `TCPConnector._factory`, a private attribute, and reads
 `ResponseHandler._connection_lost_called`; aiobotocore's `_create_connector` is private too.
 Therefore aiohttp and aiobotocore are pinned exactly in requirements.txt, `_create_connector`
-fails loudly if the attribute is gone, tests/worker/test_no_linger_private_api.py fails when an
+fails loudly if the attribute is gone, tests/worker/unit/test_no_linger_private_api.py fails when an
 upgrade changes any of that surface (run it before bumping either pin), and
-tests/worker/test_late_write.py checks both effects on live sockets.
+tests/worker/integration/test_late_write.py checks both effects on live sockets.
 
 3. **A write that starts after its deadline.** A delivery checks its lease right before it
    calls the sink, but the process can stop between that check and the moment its bytes are

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from leaseworker_dev.local.fleet import FAST, Timings
 
-# Nemesis kinds, by what they break. (Sink faults are covered by tests/worker/test_late_write.py.)
+# Nemesis kinds, by what they break. (Sink faults are covered by tests/worker/integration/test_late_write.py.)
 PROCESS_KINDS: Final = ("sigkill", "sigstop", "sigterm", "rolling_restart", "scale_out", "scale_in")
 DYNAMODB_KINDS: Final = (
     "ddb_latency",

@@ -8,7 +8,7 @@ measures what each lease design costs.
 It can also stall one connection (`stall_next_connection`, `release_stalled`), the way a
 congested or partitioned path does: the proxy stops reading that client's bytes, so they back up
 in the kernel's buffers and the sender's own, and flow again on release. In front of moto's
-Kinesis this is how tests/worker/test_late_write.py makes a write that was abandoned try to land
+Kinesis this is how tests/worker/integration/test_late_write.py makes a write that was abandoned try to land
 after the lease has moved. A stalled connection's end is passed on faithfully: a FIN from the
 client becomes a FIN to the server once every byte received is forwarded (a request the client's
 kernel still completes is delivered); a reset becomes a reset (an incomplete request stays

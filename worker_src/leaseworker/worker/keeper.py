@@ -29,7 +29,7 @@ R − (V − H) per heartbeat, and the lease stays. At the local fleet's timings
 H = 1 s) that is 1.5 s and 2 s; at the defaults (V = 17 s, H = 5 s) 12 s and 10 s (V − H
 governs), which the lease client's read timeout allows (aws.lease_client_config). Before, the
 lease was lost at the deadline, so R < V − H was a cliff:
-the 1.4 s round trip of tests/worker/test_latency_keeps_leases.py kept every lease alone and lost
+the 1.4 s round trip of tests/worker/integration/test_latency_keeps_leases.py kept every lease alone and lost
 half of them once CI's load added a tenth of a second. Leases × R / H renewals are in flight;
 RENEW_CONCURRENCY bounds them below the lease client's connection pool (64,
 `aws.lease_client_config`), so renewals never queue behind checkpoints at the pool.

@@ -50,7 +50,7 @@ from leaseworker_dev.local.proxy import TcpProxy
 from leaseworker_dev.local.stream import read_arrivals
 
 REGION = "us-east-1"
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 CONNECTION = "late-conn"
 # Fits in the kernel's buffers (about 3 MB on loopback with a stalled receiver, measured), so
 # nothing stays in asyncio's buffer: only SO_LINGER decides whether it is sent after close().
@@ -399,7 +399,7 @@ async def test_nothing_a_killed_writer_had_queued_lands_after_its_death(
     await proxy.start()
     proxy.stall_next_connection()
     code = (
-        "import asyncio, sys; from tests.worker.test_late_write import child_writer; "
+        "import asyncio, sys; from tests.worker.integration.test_late_write import child_writer; "
         "asyncio.run(child_writer(*sys.argv[1:]))"
     )
     child = await asyncio.create_subprocess_exec(

@@ -32,7 +32,7 @@ from leaseworker.worker.references import NoReferences, References
 from leaseworker.worker.rotation import open_successor
 from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, SessionResult
 from leaseworker_dev.feed.replays.base import ReplayServer
-from tests.worker.test_session import RecordingSink
+from tests.worker.integration.test_session import RecordingSink
 
 RATE = 40.0
 

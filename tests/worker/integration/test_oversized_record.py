@@ -29,7 +29,7 @@ from leaseworker.settings import Settings
 from leaseworker.sinks.kinesis import MAX_BYTES_PER_RECORD, KinesisSink
 from leaseworker.worker.session import MAX_FAILURES_AT_POSITION
 from tests.worker.harness import running
-from tests.worker.test_sinks import REGION, create_stream, read_stream
+from tests.worker.integration.test_sinks import REGION, create_stream, read_stream
 
 BIG_SEQ = 5
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "worker_src" / "leaseworker"
+PACKAGE = Path(__file__).resolve().parents[3] / "worker_src" / "leaseworker"
 CHOOSES = {"worker/main.py", "settings.py"}  # the choice, and its validation
 MODES = {"connection", "session"}
 

@@ -17,7 +17,7 @@ import aioboto3
 from leaseworker.supervisor.process import EXIT_NOT_STARTED
 from leaseworker.worker.start_check import START_CHECK_SECONDS
 from leaseworker_dev.local.services import free_port
-from tests.worker.test_cli import bare_env, local_env, new_table, one_error_line, run
+from tests.worker.integration.test_cli import bare_env, local_env, new_table, one_error_line, run
 
 __all__ = ["bare_env", "local_env"]  # the fixtures test_cli.py defines, used here by name
 

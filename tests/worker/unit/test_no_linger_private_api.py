@@ -5,7 +5,7 @@ aiohttp has no public way to choose the protocol a connector builds, so no_linge
 `ResponseHandler._connection_lost_called` and `.closed`. aiobotocore's `_create_connector` is
 where it gets the connector. None of these is a supported interface, so the versions are pinned
 exactly and this module fails when an upgrade changes any of them: a bump of the pins in
-worker_src/requirements.txt must pass here first. (tests/worker/test_late_write.py shows what
+worker_src/requirements.txt must pass here first. (tests/worker/integration/test_late_write.py shows what
 each half prevents on live sockets.)
 """
 
@@ -27,7 +27,7 @@ from aiohttp.client_proto import ResponseHandler
 
 from leaseworker.no_linger import AbortOnCloseHandler, NoLingerAIOHTTPSession, no_linger_socket
 
-REQUIREMENTS = Path(__file__).resolve().parents[2] / "worker_src" / "requirements.txt"
+REQUIREMENTS = Path(__file__).resolve().parents[3] / "worker_src" / "requirements.txt"
 
 
 def pinned(distribution: str) -> str:

@@ -38,7 +38,7 @@ STOP_BOUND = 3.0  # a stop is honoured within this, far below the 10 s open time
 PROBE_SECONDS = 4.0
 SLOW_SINK_SECONDS = 0.5
 STATED_BOUND_MIB = 15.0  # docs/bad-input.md and worker/upstream.py, for ordinary JSON
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 class RecordingSink:

@@ -17,7 +17,7 @@ from leaseworker import clock
 from leaseworker.lease.dynamodb import now_ms
 from leaseworker.no_linger import AbortOnCloseHandler, send_deadline
 
-PACKAGE = Path(__file__).resolve().parents[2] / "worker_src" / "leaseworker"
+PACKAGE = Path(__file__).resolve().parents[3] / "worker_src" / "leaseworker"
 OWN_PROCESSES = ("supervisor/", "cli/")
 READS = {"monotonic", "time", "time_ns", "perf_counter", "monotonic_ns", "perf_counter_ns"}
 

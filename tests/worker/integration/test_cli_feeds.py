@@ -18,7 +18,7 @@ from leaseworker.cli.feeds import human_time
 from leaseworker.lease.vocabulary import SESSION_HELD
 from leaseworker.protocol.generic import parse_config
 from leaseworker.protocol.registry import MAX_CONFIG_BYTES
-from tests.worker.test_cli import (
+from tests.worker.integration.test_cli import (
     LEASEWORKER,
     bare_env,
     local_env,

@@ -22,7 +22,7 @@ from leaseworker.cli.apply_file import load_desired
 from leaseworker.cli.apply_plan import make_plan
 from leaseworker.cli.apply_writes import Progress, write_changes
 from leaseworker.lease.admin import LeaseTableAdmin
-from tests.worker.test_cli import bare_env, local_env, new_table, one_error_line, run, set_lease
+from tests.worker.integration.test_cli import bare_env, local_env, new_table, one_error_line, run, set_lease
 
 __all__ = ["bare_env", "local_env"]  # the fixtures test_cli.py defines, used here by name
 
