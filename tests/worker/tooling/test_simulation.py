@@ -71,3 +71,16 @@ def test_the_negative_controls_are_found(
 def test_the_schedules_that_found_a_bug_pass(seed: int, mode: str) -> None:
     done = simulate("--seed", str(seed), "--schedules", "1", "--mode", mode)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_pause_past_the_lease_alone_finds_the_self_fencing_control() -> None:
+    """SIGSTOP past the lease, then SIGCONT: the woken worker must check its lease before it
+    delivers. Seed 33 draws one pause (13.8 s against a 6 s lease) and nothing else; it passes
+    with the checks on (test_a_short_simulation_…, and below) and breaks S1 without them."""
+    unsafe = simulate("--seed", "33", "--schedules", "1", "--mode", "session", "--unsafe", "self-fencing")
+    assert unsafe.returncode == 1, unsafe.stdout + unsafe.stderr
+    first = unsafe.stdout.splitlines()[0]
+    assert "pause@" in first and first.count("@") == 1, first
+    assert "\n  S1 " in unsafe.stdout, unsafe.stdout
+    safe = simulate("--seed", "33", "--schedules", "1", "--mode", "session")
+    assert safe.returncode == 0, safe.stdout + safe.stderr
