@@ -82,6 +82,10 @@ class Run:
             timings_of(design),
             # Room for the survivors' share after the deaths, within one checkpoint item.
             max_connections=min(MAX_ENTRIES_PER_ITEM, max(8, 2 * share)),
+            # Ids as long as the earlier runs' (`feed-0000001`): session mode's checkpoint item,
+            # one entry per connection, is priced by its size.
+            id_prefix="feed-",
+            id_digits=7,
         )
         self.samples = 0
 

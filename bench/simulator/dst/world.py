@@ -99,6 +99,8 @@ class Fleet:
     workers: dict[str, SimWorker] = field(default_factory=dict)
     clock_offsets: tuple[float, ...] = ()
     max_connections: int | None = None  # per worker (None: all, within one item's entries)
+    id_prefix: str = "c"  # connection ids are the prefix and a number, zero-padded to `id_digits`
+    id_digits: int = 3
     stops: list[tuple[str, float, float]] = field(default_factory=list)  # (connection, stopped, started)
     removed: set[str] = field(default_factory=set)
     operated: set[str] = field(default_factory=set)  # stopped or being removed by the operator now
@@ -112,8 +114,8 @@ class Fleet:
 
     @property
     def ids(self) -> list[str]:
-        width = max(3, len(str(self.connections - 1)))
-        return [f"c{n:0{width}d}" for n in range(self.connections)]
+        width = max(self.id_digits, len(str(self.connections - 1)))
+        return [f"{self.id_prefix}{n:0{width}d}" for n in range(self.connections)]
 
     async def add_connections(self) -> None:
         admin = self.admin()
