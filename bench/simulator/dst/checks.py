@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from bench.simulator.dst.sink import Arrival
 
@@ -66,13 +66,17 @@ def served(arrivals: Sequence[Arrival], ids: Sequence[str], *, since: float) -> 
 
 
 def stopped(
-    arrivals: Sequence[Arrival], stops: Sequence[tuple[str, float, float]], *, within: float
+    arrivals: Sequence[Arrival],
+    stops: Sequence[tuple[str, float, float]],
+    *,
+    within: Callable[[float], float],
 ) -> list[str]:
     """An operator's stop is obeyed: nothing of a STOPPED connection arrives once the workers
-    have had `within` seconds to notice, until it is started again."""
+    have had `within(stopped_at)` seconds to notice, until it is started again."""
     found = []
     for cid, stopped_at, started_at in stops:
-        late = [a for a in arrivals if a.connection_id == cid and stopped_at + within <= a.at < started_at]
+        notice = within(stopped_at)
+        late = [a for a in arrivals if a.connection_id == cid and stopped_at + notice <= a.at < started_at]
         if late:
             found.append(
                 f"stop {cid}: seq {late[0].seq} by {late[0].worker_id} at {late[0].at:.3f} s,"

@@ -7,6 +7,7 @@ own jitter included), and string hashing fixed by PYTHONHASHSEED (`__main__` set
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import math
 import random
@@ -23,6 +24,8 @@ from leaseworker.lease.removal import NotRemovable
 
 PERIOD = 0.5  # a message per connection every half second
 SAMPLE_SECONDS = 0.25  # how often the table's checkpoints are read for S3
+STORE_FAULTS = frozenset({"partition", "lost_replies", "slow_replies", "throttle", "pause"})
+STORE_CALL_SECONDS = 5.0  # a lease store call's deadline (lease/connection_store.py, session_store.py)
 REMOVE_WITHIN = 60.0  # a STOPPED connection is handed back, and so removable, within this
 LOOP_STEP_SECONDS = 1e-6  # each loop iteration takes a microsecond (clock.virtual_loop)
 
@@ -87,9 +90,7 @@ async def _run(plan: Schedule, timings: Timings, clock: VirtualClock) -> Verdict
     sampler.cancel()
     log = fleet.arrivals.log
     verdict.violations += checks.one_deliverer(log) + checks.no_loss(log) + checks.checkpoints(history, log)
-    # A stop is noticed within a reconcile (session mode) or a renewal (connection mode).
-    notice = max(t.reconcile_seconds, t.heartbeat_seconds) + t.heartbeat_seconds + 1.0
-    verdict.violations += checks.stopped(log, fleet.stops, within=notice)
+    verdict.violations += checks.stopped(log, fleet.stops, within=functools.partial(_notice, plan, t))
     verdict.ended = {w: worker.ended or "still running" for w, worker in fleet.workers.items()}
     verdict.violations += [
         f"worker {w} {why}" for w, why in verdict.ended.items() if why.startswith(("crashed", "still"))
@@ -97,6 +98,22 @@ async def _run(plan: Schedule, timings: Timings, clock: VirtualClock) -> Verdict
     verdict.delivered = len(log)
     verdict.digest = hashlib.sha256(repr([vars_of(a) for a in log]).encode()).hexdigest()[:16]
     return verdict
+
+
+def _notice(plan: Schedule, t: Timings, stopped_at: float) -> float:
+    """How long the workers may take to obey a stop: a reconcile (session mode) or a renewal
+    (connection mode), a heartbeat and a second; and where a fault kept a worker from DynamoDB
+    (a partition, lost, slow or throttled replies, a pause) around then, until it ended and one
+    store call's deadline more (a call sent into it hangs until then)."""
+    base = max(t.reconcile_seconds, t.heartbeat_seconds) + t.heartbeat_seconds + 1.0
+    extra = 0.0
+    for fault in plan.faults:
+        if fault.kind not in STORE_FAULTS:
+            continue
+        ends = fault.at + fault.seconds
+        if fault.at <= stopped_at + base and ends >= stopped_at - STORE_CALL_SECONDS:
+            extra = max(extra, ends - stopped_at + STORE_CALL_SECONDS)
+    return base + extra
 
 
 def vars_of(arrival: Arrival) -> tuple[float, str, str, int, int]:
