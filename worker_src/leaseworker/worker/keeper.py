@@ -59,11 +59,6 @@ logger = get_logger(__name__)
 
 RENEW_CONCURRENCY = 48
 RETRY_FRACTION = 0.2
-# Leases due within this fraction of a period renew with the ones due now: one wake-up and one
-# scan of the leases per batch, not per lease (claims at scattered instants would otherwise wake
-# the loop once per lease per period, each wake scanning them all). A lease renewed early is
-# due again a period later, so batches gather and stay gathered.
-BATCH_AHEAD_FRACTION = 0.1
 
 
 def max_in_flight(settings: Settings) -> int:
@@ -86,34 +81,29 @@ class LeaseKeeper:
         self._metrics = metrics
         self._tracing = tracing
         self._gate = asyncio.Semaphore(RENEW_CONCURRENCY)
-        # A renewal came back for a lease held at its in-flight limit, or failed and moved its
-        # lease's next time earlier: the loop looks again.
-        self._reschedule = asyncio.Event()
-        self._limit = max_in_flight(settings)
+        self._finished = asyncio.Event()  # a renewal ended: its lease's next one may be due already
 
     async def run(self, done: asyncio.Event) -> None:
         period = self._settings.heartbeat_seconds
-        limit = self._limit
+        limit = max_in_flight(self._settings)
         async with asyncio.TaskGroup() as group:
             while not done.is_set():
                 now = monotonic()
-                live = self._registry.live()
-                for owned in live:
+                for owned in self._registry.live():
                     if owned.next_renewal == 0.0:  # just acquired: the claim itself was a renewal
                         owned.next_renewal = owned.acquired_at + period
-                ready = [o for o in live if o.renewing < limit]
-                soon = now + BATCH_AHEAD_FRACTION * period
-                due = [o for o in ready if o.next_renewal <= soon]
+                ready = [o for o in self._registry.live() if o.renewing < limit]
+                due = [o for o in ready if o.next_renewal <= now]
                 if due:
                     for owned in due:
                         owned.renewing += 1
                         owned.next_renewal = now + period  # the next one is due a period after this send
                     group.create_task(self._renew_batch(due))
-                waiting = [o.next_renewal for o in ready if o.renewing < limit]
+                waiting = [o.next_renewal for o in self._registry.live() if o.renewing < limit]
                 wake = min(waiting, default=now + period)
                 self._registry.changed.clear()
-                self._reschedule.clear()
-                await wait_any(max(0.0, wake - monotonic()), done, self._registry.changed, self._reschedule)
+                self._finished.clear()
+                await wait_any(max(0.0, wake - monotonic()), done, self._registry.changed, self._finished)
 
     async def _renew_batch(self, due: list[Owned]) -> None:
         """One span per batch of leases that fell due together (usually one reconcile's claims)."""
@@ -136,8 +126,7 @@ class LeaseKeeper:
                     lease.renewals_in_flight.remove(sent_at)  # once its answer moved the deadline, or not
         finally:
             owned.renewing -= 1
-            if owned.renewing == self._limit - 1:  # it was held back at the limit: look again
-                self._reschedule.set()
+            self._finished.set()
 
     async def _renew_sent(self, owned: Owned, sent_at: float) -> None:
         lease = owned.lease
@@ -146,7 +135,6 @@ class LeaseKeeper:
         except StoreError as error:
             retry = RETRY_FRACTION * self._settings.heartbeat_seconds
             owned.next_renewal = min(owned.next_renewal, monotonic() + retry)
-            self._reschedule.set()  # the retry may come before the loop's next wake
             logger.warning(
                 "renewal failed; retrying while the lease is valid",
                 extra={
