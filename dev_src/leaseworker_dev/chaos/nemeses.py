@@ -47,7 +47,9 @@ class Chaos(Protocol):
     measures: list[Measure]
     log: list[dict[str, Any]]
 
-    def victim(self, target: int, *, exclude_proxied: bool = False) -> str | None: ...
+    def victim(
+        self, target: int, *, exclude_proxied: bool = False, heir: str | None = None
+    ) -> str | None: ...
     def proxied(self) -> str | None: ...
     def alive(self) -> list[str]: ...
     def doom(self, worker: str) -> None: ...
@@ -240,11 +242,12 @@ class DynamoThrottle(Base):
 class DynamoLostReply(Base):
     """Replies lost after DynamoDB applied the request, on the proxied worker's path (issue 20).
 
-    So that the window holds claims, it starts by SIGKILLing the worker child of another worker:
-    the supervisor's confirmed fence makes the survivors, the proxied one among them, claim the
-    dead worker's connections at once. A claim whose reply is lost must be read back and served
-    (or released), never stranded: the verdict's stranding row judges it, not an L1 bound (a lost
-    reply may cost a client deadline on top of the takeover)."""
+    So that the window holds claims, it starts by SIGKILLing the worker child of another worker,
+    the one whose death leaves the proxied worker first choice (rendezvous) for the most of its
+    connections: the supervisor's confirmed fence makes the survivors, the proxied one among
+    them, claim the dead worker's connections at once. A claim whose reply is lost must be read
+    back and served (or released), never stranded: the verdict's stranding row judges it, not an
+    L1 bound (a lost reply may cost a client deadline on top of the takeover)."""
 
     def start(self, chaos: Chaos) -> None:
         params = self.spec.params
@@ -256,7 +259,8 @@ class DynamoLostReply(Base):
                 lose_delay=float(params["delay_s"]),
             )
         )
-        worker = chaos.victim(self.spec.target, exclude_proxied=True) if chaos.proxied() else None
+        proxied = chaos.proxied()
+        worker = chaos.victim(self.spec.target, exclude_proxied=True, heir=proxied) if proxied else None
         if worker is None:
             return
         held = chaos.held_by(worker)

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 import aioboto3
 
+from leaseworker.lease.rendezvous import rank
 from leaseworker.worker.takeover_bound import takeover_bound_s
 from leaseworker_dev.chaos import unsafe_worker
 from leaseworker_dev.chaos.arbiter import start_arbiter
@@ -124,7 +125,9 @@ class ChaosRun:
     def proxied(self) -> str | None:
         return self._proxied if self._proxied in self.alive() else None
 
-    def victim(self, target: int, *, exclude_proxied: bool = False) -> str | None:
+    def victim(self, target: int, *, exclude_proxied: bool = False, heir: str | None = None) -> str | None:
+        """The drawn slot's worker; with `heir`, the worker whose death leaves `heir` the most
+        connections as first choice (rendezvous over the survivors), the drawn slot breaking ties."""
         candidates = [
             w
             for w in self.alive()
@@ -132,9 +135,15 @@ class ChaosRun:
         ]
         if len(self.alive()) < 2 or not candidates:
             return None  # never take the last worker: nobody would be left to take over
-        chosen = candidates[target % len(candidates)]
+        start = target % len(candidates)
+        candidates = candidates[start:] + candidates[:start]
+        chosen = candidates[0] if heir is None else max(candidates, key=lambda w: self._inherited(heir, w))
         self.doomed.add(chosen)
         return chosen
+
+    def _inherited(self, heir: str, dead: str) -> int:
+        survivors = [w for w in self.alive() if w != dead]
+        return sum(1 for cid in self.held_by(dead) if rank(cid, survivors)[0] == heir)
 
     def start_worker(self, *, proxied: bool = False, extra_env: dict[str, str] | None = None) -> str:
         self._counter += 1
