@@ -73,10 +73,7 @@ class MemoryDynamoDB:
         names = request.get("ExpressionAttributeNames", {})
         values = request.get("ExpressionAttributeValues", {})
         self._check_condition(request, "UpdateItem", before, values, names)
-        base = before if before is not None else dict(request["Key"])
-        after = expressions.update(request["UpdateExpression"]).apply(base, values, names)
-        if after.get("connection_id") != request["Key"]["connection_id"]:
-            raise client_error("ValidationException", "cannot update the key", "UpdateItem")
+        after = _updated(request, before)
         self._write("UpdateItem", request, table=table, cid=cid, before=before, after=after)
         return {"Attributes": _returned(request.get("ReturnValues"), before, after)}
 
@@ -147,10 +144,7 @@ class MemoryDynamoDB:
         before: dict[str, Any] | None,
         after: dict[str, Any] | None,
     ) -> None:
-        if after is not None and item_size(after) > ITEM_LIMIT_BYTES:
-            raise client_error(
-                "ValidationException", "Item size has exceeded the maximum allowed size", operation
-            )
+        _check_size(after, operation)
         price = write_units(before, after)
         table.store(cid, before, after)
         self._charge(operation, request, wru=price.total)
@@ -188,19 +182,16 @@ class MemoryDynamoDB:
             error = client_error("TransactionCanceledException", "cancelled", "TransactWriteItems")
             error.response["CancellationReasons"] = reasons  # type: ignore[typeddict-item]
             raise error
+        # Every post-image before any is stored: a refusal (the key, the size) applies nothing.
+        writes = [
+            (table, cid, before, None if action == "ConditionCheck" else _after(action, body, before))
+            for action, body, table, cid, before in staged
+        ]
         units = 0.0
-        for action, body, table, cid, before in staged:
+        for (action, *_), (table, cid, before, after) in zip(staged, writes, strict=True):
             if action == "ConditionCheck":
                 units += 2.0 * max(1, math.ceil(item_size(before) / 1024))
                 continue
-            after: dict[str, Any] | None
-            if action == "Update":
-                base = before if before is not None else dict(body["Key"])
-                values = body.get("ExpressionAttributeValues", {})
-                names = body.get("ExpressionAttributeNames", {})
-                after = expressions.update(body["UpdateExpression"]).apply(base, values, names)
-            else:
-                after = dict(body["Item"]) if action == "Put" else None
             units += 2.0 * write_units(before, after).total
             table.store(cid, before, after)
         self._charge("TransactWriteItems", request, wru=units)
@@ -320,6 +311,33 @@ class MemoryDynamoDB:
     def _charge(self, operation: str, request: dict[str, Any], *, rru: float = 0.0, wru: float = 0.0) -> None:
         kind = kind_of(operation, request)
         self.meter.charge(kind, rru=rru, wru=wru)
+
+
+def _after(action: str, body: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The item a write leaves (None: deleted), refused as DynamoDB refuses it: an update that
+    changes the key, an item over 400 KB."""
+    if action == "Update":
+        return _updated(body, before)
+    after = dict(body["Item"]) if action == "Put" else None
+    _check_size(after, f"{action}Item")
+    return after
+
+
+def _updated(body: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any]:
+    base = before if before is not None else dict(body["Key"])
+    values = body.get("ExpressionAttributeValues", {})
+    names = body.get("ExpressionAttributeNames", {})
+    after = expressions.update(body["UpdateExpression"]).apply(base, values, names)
+    if after.get("connection_id") != body["Key"]["connection_id"]:
+        raise client_error("ValidationException", "cannot update the key", "UpdateItem")
+    _check_size(after, "UpdateItem")
+    return after
+
+
+def _check_size(item: dict[str, Any] | None, operation: str) -> None:
+    if item is not None and item_size(item) > ITEM_LIMIT_BYTES:
+        message = "Item size has exceeded the maximum allowed size"
+        raise client_error("ValidationException", message, operation)
 
 
 def _returned(mode: str | None, before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any]:
