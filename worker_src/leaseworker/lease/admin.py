@@ -2,33 +2,8 @@
 
 These are the control plane (docs/design.md §6). They never touch a live lease's owner or epoch.
 
-The epoch across `remove` and `add`: tombstones
------------------------------------------------
-`lease_epoch` is the fencing token that sinks, consumers and upstreams remember per connection
-id (§2), so it never goes backwards for an id, not even across `remove` and a later `add`.
-`remove` therefore never deletes a connection item: it turns it into a *tombstone*, the same
-item STOPPED, with `removed_at_ms`, its `lease_epoch` kept, and no `lease_owner` and no
-`lease_expires_at_ms`. `add` of that id resurrects it and keeps the epoch. Why this is sound:
-
-- Only the workers' acquisitions and claims change `lease_epoch`, and only by `ADD 1`, each a
-  conditional write on one item, which DynamoDB applies linearizably. Nothing here removes the
-  item or the attribute: `remove` rewrites the item in place and `add` sets
-  `lease_epoch = if_not_exists(lease_epoch, 0)`. So every acquisition of a new incarnation
-  reads, and exceeds, the highest epoch any earlier incarnation reached.
-- The tombstone is written only once no worker can still deliver the old incarnation (it is
-  STOPPED and released, `lease.removal`), conditioned on that in the same write. So the old
-  incarnation's records all come before the new one's, and every new epoch is higher (S1).
-- Workers never acquire a tombstone or find it: it is STOPPED (acquisition requires STARTED);
-  without `lease_expires_at_ms` it is absent from `by-state-expiry`, so the orphan query and the
-  fleet counts never see it; without `lease_owner` it is absent from `by-owner`, so no takeover
-  finds it, and no owner-conditioned write (renew, release, checkpoint, claim) can match it.
-  A worker that reads it (after a hint) sees a stopped, released connection. `start`, `stop`
-  and `show` treat it as absent; `list` hides it.
-- An epoch floor seeded from the clock was rejected: it trusts the operator's wall clock to
-  exceed every earlier incarnation's epoch, across hosts and clock steps.
-
-Cost: one small item per removed id, kept for good (no `purge_at`: a TTL deletion would forget
-the epoch). A stale checkpoint entry of the old incarnation can never match a new epoch either.
+`remove` writes a tombstone and `add` resurrects one, keeping the epoch: why that is sound is in
+`lease.removal`. The operator's reads are in `lease.table_view`.
 """
 
 from __future__ import annotations
@@ -39,14 +14,6 @@ from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
 
-from leaseworker.lease.attribute_values import checkpoint_key
-from leaseworker.lease.checkpoint_store import (
-    Cursors,
-    Entries,
-    cursors_from,
-    effective_checkpoint,
-    entries_from,
-)
 from leaseworker.lease.connection_writes import (
     ItemUpdate,
     add_update,
@@ -57,7 +24,6 @@ from leaseworker.lease.dynamodb import CONDITION_FAILED, call_with_deadline, tra
 from leaseworker.lease.errors import TableMissing
 from leaseworker.lease.model import (
     DEFAULT_PROTOCOL,
-    NO_CHECKPOINT,
     STARTED,
     STOPPED,
     ConnectionItem,
@@ -73,13 +39,8 @@ from leaseworker.lease.removal import (
     remove_forced,
     try_remove,
 )
-from leaseworker.lease.vocabulary import (
-    BUDGET_KEY_PREFIX,
-    CHECKPOINT_KEY_SUFFIX,
-    TABLE_SCHEMA,
-    TTL_ATTRIBUTE,
-    WORKER_KEY_PREFIX,
-)
+from leaseworker.lease.table_view import Snapshot, TableView, plain
+from leaseworker.lease.vocabulary import TABLE_SCHEMA, TTL_ATTRIBUTE, WORKER_KEY_PREFIX
 from leaseworker.settings import DEFAULT_LEASE_SECONDS
 
 if TYPE_CHECKING:
@@ -115,9 +76,6 @@ def check_ws_url(url: str) -> str:
     return url
 
 
-Snapshot = tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]  # (connections, sessions by id)
-
-
 class LeaseTableAdmin:
     def __init__(
         self,
@@ -133,6 +91,7 @@ class LeaseTableAdmin:
         self._table = table_name
         self._timeout = call_timeout
         self._skew_ms = max_clock_skew_ms  # not for removal: it judges expiry on its own clock
+        self._view = TableView(client, table_name, self._run)
 
     async def _run(self, coro: Any, *, on_condition_failed: Exception | None = None) -> Any:
         try:
@@ -307,80 +266,24 @@ class LeaseTableAdmin:
         return True
 
     async def show(self, connection_id: str) -> dict[str, Any]:
+        """One connection with its effective checkpoint; UnknownConnection if absent or removed."""
         check_connection_id(connection_id)
-        response = await self._run(
-            self._client.get_item(
-                TableName=self._table, Key={"connection_id": {"S": connection_id}}, ConsistentRead=True
-            )
-        )
-        item = response.get("Item")
-        if not item or "removed_at_ms" in item:
+        shown = await self._view.connection(connection_id)
+        if shown is None:
             raise UnknownConnection(connection_id)
-        shown = plain(item)
-        holder = shown.get("lease_owner")
-        entries: Entries = {}
-        cursors: Cursors = {}
-        if isinstance(holder, str) and holder:
-            checkpoint = await self._run(
-                self._client.get_item(TableName=self._table, Key=checkpoint_key(holder), ConsistentRead=True)
-            )
-            entries = entries_from(checkpoint.get("Item", {}))
-            cursors = cursors_from(checkpoint.get("Item", {}))
-        return with_checkpoint(shown, entries, cursors)
+        return shown
 
     async def raw_item(self, key: str) -> dict[str, Any] | None:
         """Any item by key, a worker's own included (`worker#<id>`), as plain values."""
-        response = await self._run(
-            self._client.get_item(
-                TableName=self._table, Key={"connection_id": {"S": key}}, ConsistentRead=True
-            )
-        )
-        item = response.get("Item")
-        return plain(item) if item else None
+        return await self._view.raw_item(key)
 
     async def list(self) -> list[dict[str, Any]]:
         """Every connection (tombstones hidden), each with its effective `checkpoint`."""
-        connections, _ = await self.snapshot()
+        connections, _ = await self._view.snapshot()
         return connections
 
     async def snapshot(self) -> Snapshot:
-        """One consistent scan: the connections (as `list`) and the session items by worker id.
-        The scan reads the workers' checkpoint items too, so the effective checkpoints cost no
-        extra call."""
-        items: list[dict[str, Any]] = []
-        sessions: dict[str, dict[str, Any]] = {}
-        checkpoints: dict[str, Entries] = {}
-        cursors: dict[str, Cursors] = {}
-        start_key: dict[str, Any] | None = None
-        while True:
-            kwargs: dict[str, Any] = {"TableName": self._table, "ConsistentRead": True}
-            if start_key:
-                kwargs["ExclusiveStartKey"] = start_key
-            response = await self._run(self._client.scan(**kwargs))
-            for item in response.get("Items", []):
-                key = item["connection_id"]["S"]
-                if key.startswith(BUDGET_KEY_PREFIX):
-                    continue  # a host's connect budget (lease/budget_store.py)
-                if not key.startswith(WORKER_KEY_PREFIX):
-                    if "removed_at_ms" not in item:
-                        items.append(plain(item))
-                elif key.endswith(CHECKPOINT_KEY_SUFFIX):
-                    worker = key[len(WORKER_KEY_PREFIX) : -len(CHECKPOINT_KEY_SUFFIX)]
-                    checkpoints[worker], cursors[worker] = entries_from(item), cursors_from(item)
-                else:
-                    sessions[key[len(WORKER_KEY_PREFIX) :]] = plain(item)
-            start_key = response.get("LastEvaluatedKey")
-            if not start_key:
-                break
-        shown = [
-            with_checkpoint(
-                item,
-                checkpoints.get(str(item.get("lease_owner")), {}),
-                cursors.get(str(item.get("lease_owner"))),
-            )
-            for item in items
-        ]
-        return sorted(shown, key=lambda item: str(item.get("connection_id"))), sessions
+        return await self._view.snapshot()
 
     async def _existing_write(self, write: ItemUpdate) -> None:
         await self._run(
@@ -393,48 +296,13 @@ class LeaseTableAdmin:
         await self._run(self._client.describe_table(TableName=self._table))
 
 
-def with_checkpoint(
-    item: dict[str, Any], holder_entries: Entries, holder_cursors: Cursors | None = None
-) -> dict[str, Any]:
-    """The item plus `checkpoint` and `checkpoint_cursor`: what a takeover would resume after
-    (docs/design.md §2b), the newer of `last_seq` and the holder's batched checkpoint entry at the
-    item's epoch, with the cursor (JSON text) that belongs to it."""
-    last_seq = item.get("last_seq", NO_CHECKPOINT)
-    epoch = item.get("lease_epoch", 0)
-    if not isinstance(last_seq, int) or not isinstance(epoch, int):
-        return item
-    cid = str(item.get("connection_id"))
-    checkpoint = effective_checkpoint(last_seq, epoch, cid, holder_entries)
-    cursor = item.get("cursor")
-    if checkpoint > last_seq:
-        cursor = (holder_cursors or {}).get(cid)
-    return item | {"checkpoint": checkpoint, "checkpoint_cursor": cursor}
-
-
-def plain(item: dict[str, Any]) -> dict[str, Any]:
-    """DynamoDB attribute values as plain JSON values (numbers as int)."""
-    out: dict[str, Any] = {}
-    for name, value in item.items():
-        if "S" in value:
-            out[name] = value["S"]
-        elif "N" in value:
-            number = value["N"]
-            out[name] = int(number) if number.lstrip("-").isdigit() else float(number)
-        elif "BOOL" in value:
-            out[name] = value["BOOL"]
-        elif "NULL" in value:
-            out[name] = None
-        else:
-            out[name] = value
-    return out
-
-
 __all__ = [
     "ConnectionExists",
     "ConnectionItem",
     "LeaseTableAdmin",
     "NotRemovable",
     "ReleaseTimeout",
+    "Snapshot",
     "TableMissing",
     "UnknownConnection",
     "check_ws_url",

@@ -1,6 +1,6 @@
 """When may an operator remove a connection? A pure decision on the item (docs/design.md §6).
 
-`connections remove` turns a connection into a tombstone (see `lease.admin`) only when it is
+`connections remove` turns a connection into a tombstone (below) only when it is
 STOPPED and *released*, that is when no worker may still be delivering it. Released means one of:
 
 - `FREE`: no `lease_owner`. A graceful release and a failure mark both remove the owner, and a
@@ -23,6 +23,34 @@ STOPPED and *released*, that is when no worker may still be delivering it. Relea
 
 A lease still held (a live connection-mode lease, or a session-held one whose session is not
 fenced) is not released: `--force` stops the connection and waits for one of the three.
+
+The epoch across `remove` and `add`: tombstones
+-----------------------------------------------
+`lease_epoch` is the fencing token that sinks, consumers and upstreams remember per connection
+id (§2), so it never goes backwards for an id, not even across `remove` and a later `add`.
+`remove` therefore never deletes a connection item: it turns it into a *tombstone*, the same
+item STOPPED, with `removed_at_ms`, its `lease_epoch` kept, and no `lease_owner` and no
+`lease_expires_at_ms`. `add` of that id resurrects it and keeps the epoch. Why this is sound:
+
+- Only the workers' acquisitions and claims change `lease_epoch`, and only by `ADD 1`, each a
+  conditional write on one item, which DynamoDB applies linearizably. Nothing here removes the
+  item or the attribute: `remove` rewrites the item in place and `add` sets
+  `lease_epoch = if_not_exists(lease_epoch, 0)`. So every acquisition of a new incarnation
+  reads, and exceeds, the highest epoch any earlier incarnation reached.
+- The tombstone is written only once no worker can still deliver the old incarnation (it is
+  STOPPED and released, above), conditioned on that in the same write. So the old
+  incarnation's records all come before the new one's, and every new epoch is higher (S1).
+- Workers never acquire a tombstone or find it: it is STOPPED (acquisition requires STARTED);
+  without `lease_expires_at_ms` it is absent from `by-state-expiry`, so the orphan query and the
+  fleet counts never see it; without `lease_owner` it is absent from `by-owner`, so no takeover
+  finds it, and no owner-conditioned write (renew, release, checkpoint, claim) can match it.
+  A worker that reads it (after a hint) sees a stopped, released connection. `start`, `stop`
+  and `show` treat it as absent; `list` hides it.
+- An epoch floor seeded from the clock was rejected: it trusts the operator's wall clock to
+  exceed every earlier incarnation's epoch, across hosts and clock steps.
+
+Cost: one small item per removed id, kept for good (no `purge_at`: a TTL deletion would forget
+the epoch). A stale checkpoint entry of the old incarnation can never match a new epoch either.
 """
 
 from __future__ import annotations
@@ -86,7 +114,7 @@ class ExpiryWatch:
 
 
 def removal_state(item: dict[str, Any], watch: ExpiryWatch, now: float) -> Removable | Held:
-    """Whether the plain item (as `admin.plain` gives it) may become a tombstone now.
+    """Whether the plain item (as `table_view.plain` gives it) may become a tombstone now.
 
     A session-held lease returns FENCED_SESSION: removable only if the owner's session item is
     fenced or absent, which the caller checks (and conditions the write on) itself. `now` is monotonic.
