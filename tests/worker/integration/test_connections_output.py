@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from leaseworker.cli.connections import render_show
+from leaseworker.cli.connection_views import render_show
 
 LEASEWORKER = Path(sys.executable).with_name("leaseworker")
 LONG_URL = "wss://feeds.example.com/a/rather/long/path/for/a/feed?symbols=BTC-USD,ETH-USD,SOL-USD"
