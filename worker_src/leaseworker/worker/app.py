@@ -9,7 +9,8 @@
 - metrics: gauges and an EMF flush every METRICS_SECONDS;
 - one session task per owned connection.
 
-A signal only sets an Event. `run` turns it into the ordered, bounded shutdown of §3.
+A signal only sets an Event. `run` turns it into the ordered, bounded shutdown of §3
+(`OrderedShutdown`).
 """
 
 from __future__ import annotations
@@ -18,15 +19,13 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from leaseworker.clock import monotonic
 from leaseworker.lease.absent_owners import AbsentOwnerStore
 from leaseworker.lease.balance import FleetView
 from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.dynamodb import now_ms
-from leaseworker.lease.errors import StoreError
 from leaseworker.lease.held_store import SessionHeldStore
-from leaseworker.lease.liveness import CONFIRMED, SessionValidity
+from leaseworker.lease.liveness import SessionValidity
 from leaseworker.lease.ownership import Ownership
 from leaseworker.lease.results import Acquired
 from leaseworker.lease.session_store import Fenced, SessionStore
@@ -34,7 +33,6 @@ from leaseworker.lease.vocabulary import SESSION_HELD
 from leaseworker.notify import Notifier
 from leaseworker.observability.logging import get_logger, log_context
 from leaseworker.observability.metrics import MetricName, run_metrics_loop
-from leaseworker.observability.tracing import SHUTDOWN_TIMEOUT_SECONDS as TRACING_SHUTDOWN_SECONDS
 from leaseworker.worker.absent_owners import AbsentOwners
 from leaseworker.worker.acquirer import Acquirer
 from leaseworker.worker.audit import Audit
@@ -48,11 +46,10 @@ from leaseworker.worker.registry import Owned, Registry
 from leaseworker.worker.relay import HintRelay
 from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, SessionResult
 from leaseworker.worker.settle import Settler
+from leaseworker.worker.shutdown import OrderedShutdown
 from leaseworker.worker.waits import wait_any
 
 logger = get_logger(__name__)
-
-SHUTDOWN_MARGIN_SECONDS = 2.0  # left of SHUTDOWN_GRACE_SECONDS for client teardown and exit
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,13 +86,11 @@ class Worker:
         self._tracing = deps.tracing
         self._notifier = notifier
         self._notifications = notifications
-        self._on_stopping = on_stopping
         self._registry = Registry()
         self._stop_acquiring = asyncio.Event()  # shutdown step 1
         self._loops_done = asyncio.Event()  # renewals/heartbeats/checkpoints/metrics may end
         self._fenced_event = asyncio.Event()
         self._fenced: Fenced | None = None
-        self._leaving = False
         self._group: asyncio.TaskGroup | None = None
         self._hints_task: asyncio.Task[None] | None = None
         self._heartbeat = SessionHeartbeat(
@@ -158,6 +153,17 @@ class Worker:
             metrics=self._metrics,
             stop_acquiring=self._stop_acquiring,
         )
+        self._shutdown = OrderedShutdown(
+            settings=self._settings,
+            registry=self._registry,
+            sessions=coordination.sessions,
+            metrics=self._metrics,
+            tracing_enabled=self._tracing.enabled,
+            stop_acquiring=self._stop_acquiring,
+            loops_done=self._loops_done,
+            on_stopping=on_stopping,
+            fenced=lambda: self._fenced is not None,
+        )
         self._hints = Hints(
             ownership=ownership,
             registry=self._registry,
@@ -213,7 +219,7 @@ class Worker:
                     self._hints_task = group.create_task(self._hints.run(self._notifications))
                     tasks.append(self._hints_task)
                 await wait_any(None, stop, self._fenced_event)
-                await self._shutdown()
+                await self._shutdown.run(self._hints_task)
                 # Nothing is held any more: the loops have nothing left to do, so they need not finish.
                 for task in tasks:
                     task.cancel()
@@ -224,57 +230,12 @@ class Worker:
 
     def _on_fenced(self, fenced: Fenced) -> None:
         """Peers may be claiming our connections already: drop every one at once, deliver nothing."""
-        if self._leaving:
+        if self._shutdown.leaving:
             return  # our own clean-exit fence, seen by a last heartbeat
         self._fenced = fenced
         for owned in list(self._registry.owned.values()):
             owned.session.lose(f"our session was fenced ({fenced.kind})")
         self._fenced_event.set()
-
-    # ------------------------------------------------------------------ shutdown
-
-    async def _shutdown(self) -> None:
-        """Stop acquiring; close sockets (1001); flush; checkpoint + release; notify; flush metrics."""
-        started = monotonic()
-        # After this budget: client teardown and, with tracing on, its bounded flush.
-        margin = SHUTDOWN_MARGIN_SECONDS + (TRACING_SHUTDOWN_SECONDS if self._tracing.enabled else 0.0)
-        budget = max(1.0, self._settings.shutdown_grace_seconds - margin)
-        registry = self._registry
-        logger.info("shutting down", extra={"connections": len(registry), "budget_s": budget})
-        if self._on_stopping is not None:
-            self._on_stopping()  # the container's health check says "not healthy" from now on
-        self._stop_acquiring.set()
-        try:
-            async with asyncio.timeout(budget):
-                # Leave the fleet (peers stop counting us) while the sockets close: the withdrawal
-                # is one small write, a close handshake is longer, so it lands before our first
-                # hint, and the handoff does not wait one more round trip for it.
-                withdrawal = asyncio.create_task(self._withdraw())
-                for owned in list(registry.owned.values()):
-                    owned.session.request_release("worker shutting down")
-                await withdrawal
-                # Each session closes with 1001, hands its last batch to the sink, then its
-                # wrapper releases the lease with the final checkpoint and notifies peers.
-                # A claim that was in flight is released (with a hint) as soon as it lands.
-                while registry.owned or registry.claiming:
-                    for owned in list(registry.owned.values()):
-                        owned.session.request_release("worker shutting down")
-                    tasks = [owned.task for owned in registry.owned.values() if owned.task is not None]
-                    if tasks:
-                        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                    else:
-                        await asyncio.sleep(0.02)  # only claims in flight: they end within their deadline
-        except TimeoutError:
-            logger.error("shutdown budget exhausted; abandoning leases to expiry", extra={"budget_s": budget})
-            for owned in list(registry.owned.values()):
-                if owned.task is not None:
-                    owned.task.cancel()
-        await self._drain_hints(budget - (monotonic() - started))
-        await self._leave()
-        self._loops_done.set()
-        self._metrics.set_gauge(MetricName.ActiveConnections, len(registry))
-        self._metrics.flush()
-        logger.info("shutdown complete", extra={"seconds": round(monotonic() - started, 3)})
 
     # ------------------------------------------------------------------ sessions
 
@@ -346,39 +307,6 @@ class Worker:
             await self._peers.list_now()
         orphaned = self._peers.orphaned
         return FleetView(peers=self._peers.peers, free=free + orphaned, orphaned=orphaned)
-
-    async def _withdraw(self) -> None:
-        """Shutdown step 1: peers stop counting us; our session keeps beating while we release."""
-        try:
-            async with asyncio.timeout(2.0):
-                await self._coordination.sessions.withdraw(self._settings.worker_id)
-        except (StoreError, TimeoutError) as error:
-            logger.warning("could not withdraw our session", extra={"error": str(error)})
-
-    async def _drain_hints(self, within: float) -> None:
-        """Let the hint loop's last long poll end by itself (it stops polling once we stop
-        acquiring) and pass on what it brings. Every poller of the shared queue is a candidate
-        for our own releases' hints; cancelled mid-poll, the hints it had received were lost to
-        the queue's visibility timeout, and those connections waited for a reconcile (seen by
-        the fault suite: a scale-in handoff of 1.88 s against L2's 1.5 s)."""
-        if self._hints_task is None or within <= 0:
-            return
-        await asyncio.wait([self._hints_task], timeout=within)
-
-    async def _leave(self) -> None:
-        """Last: fence our own session as a confirmed (clean) exit, so that peers can claim at
-        once anything a failed release left behind, and reap the item."""
-        if self._fenced is not None:
-            return
-        self._leaving = True
-        me = self._settings.worker_id
-        try:
-            async with asyncio.timeout(2.0):
-                await self._coordination.sessions.fence(
-                    me, seen_hb=None, me=me, kind=CONFIRMED, reason="exited after its ordered shutdown"
-                )
-        except (StoreError, TimeoutError) as error:
-            logger.warning("could not close our session; peers will fence it", extra={"error": str(error)})
 
     # ------------------------------------------------------------------ metrics
 
