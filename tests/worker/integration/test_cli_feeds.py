@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from leaseworker.cli.feeds import human_time
+from leaseworker.cli.connection_views import human_time
 from leaseworker.lease.vocabulary import SESSION_HELD
 from leaseworker.protocol.generic import parse_config
 from leaseworker.protocol.registry import MAX_CONFIG_BYTES

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from leaseworker.cli.apply_file import Desired
-from leaseworker.cli.feeds import Feed, protocol_label, redacted_url
+from leaseworker.cli.connection_views import protocol_label, redacted_url
+from leaseworker.cli.feeds import Feed
 from leaseworker.lease.model import STARTED
 from leaseworker.protocol.registry import SEQFEED
 

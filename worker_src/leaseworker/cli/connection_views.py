@@ -1,16 +1,23 @@
-"""How `leaseworker connections list/show` present a connection: the table, `show`'s text, and
-the objects `--json` prints (docs/design.md §6)."""
+"""How the CLI shows a connection: `list`'s table, `show`'s text, the objects `--json` prints
+(docs/design.md §6), and the feed's parts as `apply`'s plan names them (the URL with its query
+values redacted, the protocol and preset, the stored config as YAML, times as dates)."""
 
 from __future__ import annotations
 
+import json
+import re
 import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
+import yaml
 from rich.table import Table
 from rich.text import Text
 
-from leaseworker.cli import feeds
+from leaseworker.cli.feeds import TEMPLATE_TAG
 from leaseworker.lease.vocabulary import SESSION_HELD
+from leaseworker.protocol.generic import redact_url
 from leaseworker.protocol.registry import SEQFEED
 
 _SHOWN_FIRST = ("connection_id", "desired_state", "protocol", "preset", "ws_url")
@@ -68,9 +75,9 @@ def render_show(item: dict[str, Any], now_ms: int) -> str:
     for key in keys:
         value = item[key]
         if key == "ws_url":
-            shown = feeds.redacted_url(value)
+            shown = redacted_url(value)
         elif key in _TIMES:
-            shown = feeds.human_time(value, now_ms) if value else "-"
+            shown = human_time(value, now_ms) if value else "-"
         elif value is None:
             shown = "-"
         else:
@@ -80,7 +87,7 @@ def render_show(item: dict[str, Any], now_ms: int) -> str:
     config = item.get("protocol_config")
     if config:
         lines.append("protocol_config (as stored; secrets are references):")
-        lines.extend(f"  {line}" for line in feeds.config_for_display(config).splitlines())
+        lines.extend(f"  {line}" for line in config_for_display(config).splitlines())
     else:
         lines.append(f"{'protocol_config':<{width}}  -")
     return "\n".join(lines)
@@ -111,8 +118,8 @@ def render_table(items: list[dict[str, Any]], *, title: str | None = None) -> Ta
         cells = (
             str(item.get("connection_id")),
             str(item.get("desired_state", "?")),
-            feeds.protocol_label(item),
-            feeds.redacted_url(item.get("ws_url")),
+            protocol_label(item),
+            redacted_url(item.get("ws_url")),
             str(item.get("lease_owner") or "-"),
             str(item.get("lease_epoch", 0)),
             lease_status(item, now),
@@ -136,3 +143,65 @@ def lease_status(item: dict[str, Any], now_ms: int) -> str:
     if expires > now_ms:
         return f"{(expires - now_ms) / 1000:.1f} s left"
     return f"expired {(now_ms - expires) / 1000:.1f} s ago"
+
+
+def redacted_url(url: Any) -> str:
+    """The URL (or URL template) with query values redacted. A template's tags are kept apart
+    while it is split, so `{{#cursor}}` does not read as a fragment; a tag inside a query value
+    is redacted with the value."""
+    if not isinstance(url, str) or not url:
+        return "-"
+    tags: list[str] = []
+
+    def hold(match: re.Match[str]) -> str:
+        tags.append(match.group(0))
+        return f"\ue000{len(tags) - 1}\ue001"
+
+    redacted = redact_url(TEMPLATE_TAG.sub(hold, url))
+    return re.sub("\ue000([0-9]+)\ue001", lambda m: tags[int(m.group(1))], redacted)
+
+
+def protocol_label(item: Mapping[str, Any]) -> str:
+    """`generic/1 [jetstream]`: the protocol, and the preset it came from."""
+    protocol = str(item.get("protocol") or SEQFEED)
+    preset = item.get("preset")
+    return f"{protocol} [{preset}]" if preset else protocol
+
+
+def config_for_display(text: Any) -> str:
+    """The stored config (references only: nothing is resolved) as YAML, or the raw text when it
+    is not the JSON object it should be."""
+    if not isinstance(text, str):
+        return ""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return yaml.safe_dump(value, sort_keys=False, allow_unicode=True, width=100).rstrip("\n")
+
+
+def human_time(ms: Any, now_ms: int | None = None) -> str:
+    """`2026-12-05 08:40:12 UTC (12 s ago)`; the session-held marker as "held by session"."""
+    if isinstance(ms, bool) or not isinstance(ms, int | float):
+        return str(ms)
+    if ms == SESSION_HELD:
+        return "held by session"
+    if ms <= 0:
+        return "-"
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    try:
+        stamp = datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
+    delta = (ms - now) / 1000
+    return f"{stamp} ({_span(-delta)} ago)" if delta <= 0 else f"{stamp} (in {_span(delta)})"
+
+
+def _span(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.0f} d"

@@ -15,7 +15,13 @@ from rich.console import Console
 
 from leaseworker.aws import CLI_CLIENT_CONFIG
 from leaseworker.cli import feeds
-from leaseworker.cli.connection_views import render_show, render_table, reported, with_protocol
+from leaseworker.cli.connection_views import (
+    protocol_label,
+    render_show,
+    render_table,
+    reported,
+    with_protocol,
+)
 from leaseworker.cli.errors import CliError, CliUsageError, check_wait_seconds, run_async
 from leaseworker.cli.main import Target, cli, resolve_target, target_options
 from leaseworker.lease.admin import LeaseTableAdmin, ReleaseTimeout
@@ -140,7 +146,7 @@ def add(
         notify=connection_id,
     )
     click.echo(
-        f"added {connection_id} ({feeds.protocol_label({'protocol': feed.protocol, 'preset': feed.preset})})"
+        f"added {connection_id} ({protocol_label({'protocol': feed.protocol, 'preset': feed.preset})})"
     )
 
 

@@ -15,7 +15,7 @@ built through the registry (so plugins validate their own), and its URL checked 
 worker's wss rule. Every refusal is a CliUsageError of one line naming the field and the rule.
 Nothing here resolves a `{{secret:…}}` or `{{env:…}}` reference: they are stored as written.
 
-The display helpers (`redacted_url`, `config_for_display`, `human_time`) are for `list`/`show`.
+How a stored feed is shown (`list`, `show`, `apply`'s plan) is in `cli/connection_views.py`.
 """
 
 from __future__ import annotations
@@ -24,10 +24,8 @@ import json
 import math
 import re
 import sys
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -35,10 +33,9 @@ import yaml
 
 from leaseworker.cli.errors import CliUsageError
 from leaseworker.lease.admin import check_ws_url
-from leaseworker.lease.vocabulary import SESSION_HELD
 from leaseworker.protocol import presets
 from leaseworker.protocol.adapter import ConfigError
-from leaseworker.protocol.generic import parse_config, redact_url
+from leaseworker.protocol.generic import parse_config
 from leaseworker.protocol.registry import (
     GENERIC,
     MAX_CONFIG_BYTES,
@@ -57,7 +54,7 @@ INSECURE_VARIABLE: Final = "ALLOW_INSECURE_WS"
 _SAFE_LOADER: Final[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _SECTION: Final = re.compile(r"\{\{\s*#\s*cursor\s*\}\}.*?\{\{\s*/\s*cursor\s*\}\}", re.DOTALL)
-_TAG: Final = re.compile(r"\{\{[^{}]*\}\}")
+TEMPLATE_TAG: Final = re.compile(r"\{\{[^{}]*\}\}")  # one tag of a URL template
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +280,7 @@ def check_insecure(path: str, url: str, env: Mapping[str, str]) -> None:
         raise _refuse(
             path, f"ws:// needs a literal loopback host (the host is a template) or {INSECURE_VARIABLE}=true"
         )
-    rendered = _TAG.sub("x", _SECTION.sub("", url))
+    rendered = TEMPLATE_TAG.sub("x", _SECTION.sub("", url))
     try:
         check_upstream_url(rendered, allow_insecure=insecure)
     except FatalUpstreamError:
@@ -293,68 +290,3 @@ def check_insecure(path: str, url: str, env: Mapping[str, str]) -> None:
                 path, f"ws:// to non-loopback host {host!r} needs {INSECURE_VARIABLE}=true: use wss://"
             ) from None
         raise _refuse(path, "must be a ws:// or wss:// URL with a host and a valid port") from None
-
-
-# ------------------------------------------------------------------------------ display
-
-
-def redacted_url(url: Any) -> str:
-    """The URL (or URL template) with query values redacted. A template's tags are kept apart
-    while it is split, so `{{#cursor}}` does not read as a fragment; a tag inside a query value
-    is redacted with the value."""
-    if not isinstance(url, str) or not url:
-        return "-"
-    tags: list[str] = []
-
-    def hold(match: re.Match[str]) -> str:
-        tags.append(match.group(0))
-        return f"\ue000{len(tags) - 1}\ue001"
-
-    redacted = redact_url(_TAG.sub(hold, url))
-    return re.sub("\ue000([0-9]+)\ue001", lambda m: tags[int(m.group(1))], redacted)
-
-
-def protocol_label(item: Mapping[str, Any]) -> str:
-    """`generic/1 [jetstream]`: the protocol, and the preset it came from."""
-    protocol = str(item.get("protocol") or SEQFEED)
-    preset = item.get("preset")
-    return f"{protocol} [{preset}]" if preset else protocol
-
-
-def config_for_display(text: Any) -> str:
-    """The stored config (references only: nothing is resolved) as YAML, or the raw text when it
-    is not the JSON object it should be."""
-    if not isinstance(text, str):
-        return ""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return text
-    return yaml.safe_dump(value, sort_keys=False, allow_unicode=True, width=100).rstrip("\n")
-
-
-def human_time(ms: Any, now_ms: int | None = None) -> str:
-    """`2026-12-05 08:40:12 UTC (12 s ago)`; the session-held marker as "held by session"."""
-    if isinstance(ms, bool) or not isinstance(ms, int | float):
-        return str(ms)
-    if ms == SESSION_HELD:
-        return "held by session"
-    if ms <= 0:
-        return "-"
-    now = int(time.time() * 1000) if now_ms is None else now_ms
-    try:
-        stamp = datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (OverflowError, OSError, ValueError):
-        return str(ms)
-    delta = (ms - now) / 1000
-    return f"{stamp} ({_span(-delta)} ago)" if delta <= 0 else f"{stamp} (in {_span(delta)})"
-
-
-def _span(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 48 * 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.0f} d"
