@@ -79,7 +79,7 @@ DEFAULT_REGION = "us-east-1"
 
 # Upstream secrets (docs/design.md §4.2, §9): Secrets Manager's naming rules. A name is 1..512 of
 # ASCII letters, digits and /_+=.@- ; a full ARN ends in the name, a hyphen and the six random
-# characters Secrets Manager appends (leaseworker.secrets parses references by the same rules).
+# characters Secrets Manager appends (leaseworker.secret_references parses references by the same rules).
 SECRET_NAME_PATTERN = re.compile(r"[A-Za-z0-9/_+=.@-]{1,512}")
 SECRET_ARN_PATTERN = re.compile(
     r"arn:aws[-a-z]*:secretsmanager:(?P<region>[a-z]{2}(-[a-z]+)+-[0-9]):(?P<account>[0-9]{12}):"

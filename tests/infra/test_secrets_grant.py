@@ -105,7 +105,7 @@ def test_bad_values_are_refused_in_one_line(raw: object, message: str) -> None:
 
 def test_what_synth_accepts_the_worker_resolves() -> None:
     """The stack and the worker apply the same naming rules (docs/design.md §7: synth ⊆ worker)."""
-    from leaseworker.secrets import parse_reference
+    from leaseworker.secret_references import parse_reference
 
     for secret in parse(upstreamSecrets=SECRETS).upstream_secrets:
         assert parse_reference(f"secret:{secret}#key").name == secret

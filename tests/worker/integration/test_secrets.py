@@ -20,16 +20,10 @@ import aioboto3
 import pytest
 from botocore.exceptions import ClientError
 
+from leaseworker import secret_references
 from leaseworker import secrets as secrets_module
-from leaseworker.secrets import (
-    SECRETS_CLIENT_CONFIG,
-    ReferenceResolver,
-    SecretsUnavailable,
-    UnresolvedReference,
-    parse_reference,
-    redact,
-    secrets_client,
-)
+from leaseworker.secret_references import SecretsUnavailable, UnresolvedReference, parse_reference, redact
+from leaseworker.secrets import SECRETS_CLIENT_CONFIG, ReferenceResolver, secrets_client
 from leaseworker.settings import Settings
 from leaseworker_dev.local.services import ManagedProcess, start_moto_server
 
@@ -284,7 +278,7 @@ def test_malformed_references(ref: str, reason: str) -> None:
 def test_parse_reference_forms() -> None:
     arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:feeds/alpaca-AbC123"
     assert parse_reference("env:HOME").name == "HOME"
-    assert parse_reference(f"secret:{arn}#key#with#hashes") == secrets_module.Reference(
+    assert parse_reference(f"secret:{arn}#key#with#hashes") == secret_references.Reference(
         f"secret:{arn}#key#with#hashes", "secret", arn, "key#with#hashes"
     )
     assert parse_reference("secret:a/b_c+d=e.f@g-h").key is None
@@ -391,8 +385,9 @@ def test_error_codes_moto_cannot_produce_are_classified(
 # --- No value is ever logged --------------------------------------------------------------------
 
 
-def test_the_module_has_no_logging() -> None:
-    source = Path(secrets_module.__file__).read_text()
+@pytest.mark.parametrize("module", [secrets_module, secret_references])
+def test_the_module_has_no_logging(module: Any) -> None:
+    source = Path(str(module.__file__)).read_text()
     assert "import logging" not in source
     assert "getLogger" not in source
     assert "print(" not in source

@@ -65,7 +65,7 @@ _QUERY_PAIR: Final = re.compile(
     r"([?&]|\{\{/[a-z_]+\}\})([A-Za-z0-9_.~-]+)=\{\{param:([A-Za-z_][A-Za-z0-9_]*)\}\}"
 )
 _SECTION_END_AMP: Final = re.compile(r"(\{\{/[a-z_]+\}\})&")
-# References the worker resolves at connect time (leaseworker.secrets): a Secrets Manager name
+# References the worker resolves at connect time (leaseworker.secret_references): a Secrets Manager name
 # or ARN with `#KEY` (the templates' own rule, generic/templates.py); or an environment variable.
 _REFERENCE: Final = re.compile(
     r"\{\{(?:secret:[A-Za-z0-9/_+=.@:-]{1,2048}#[^{}#\s]{1,256}|env:[A-Za-z_][A-Za-z0-9_]*)\}\}\Z"
