@@ -12,6 +12,7 @@ import asyncio
 import io
 import itertools
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -357,3 +358,45 @@ async def test_a_config_that_cannot_render_at_session_start_fails_the_connection
     assert result.outcome is Outcome.FAILED
     assert "env:LW_TEST_UNSET_TOKEN" in result.reason, result.reason
     assert not run.records
+
+
+SECRET_TOKEN = "tok-7c1d2e9f-never-shown"
+
+
+@pytest.fixture
+async def echoing_feed() -> AsyncIterator[str]:
+    """An upstream that echoes what it was sent: first in an error frame, then in a close reason."""
+    sockets = 0
+
+    async def handler(ws: ServerConnection) -> None:
+        nonlocal sockets
+        sockets += 1
+        sent = str(await ws.recv())
+        if sockets % 2:
+            await ws.send(json.dumps({"type": "error", "message": f"bad subscribe {sent}"}))
+            await ws.wait_closed()
+        else:
+            await ws.close(1008, f"rejected {SECRET_TOKEN}")
+
+    async for url in scripted_server(handler):
+        yield url
+
+
+async def test_a_resolved_value_an_upstream_echoes_never_reaches_errors_or_logs(
+    echoing_feed: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = {
+        "connect": {"url": echoing_feed},
+        "open": [{"send": {"type": "subscribe", "token": "{{secret:feed#token}}"}}],
+        "frames": {"classify": [{"when": {"/type": "error"}, "action": "error", "message": "/message"}]},
+    }
+    with caplog.at_level(logging.DEBUG, logger="leaseworker"):
+        run = Run(config, values={"secret:feed#token": SECRET_TOKEN})
+        await run.until(lambda: len(run.failures) >= 4, 30, "four failed sockets")
+        result = await run.stop()
+    assert any("bad subscribe" in f for f in run.failures), run.failures
+    assert any("rejected" in f for f in run.failures), run.failures
+    logged = json.dumps([vars(record) for record in caplog.records], default=str)  # extras included
+    shown = [*run.failures, result.reason, logged]
+    assert not any(SECRET_TOKEN in text for text in shown), [t for t in shown if SECRET_TOKEN in t][:1]
+    assert any("***" in f for f in run.failures), "the echo is kept, the value replaced"

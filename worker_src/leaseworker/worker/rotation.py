@@ -20,6 +20,7 @@ from websockets.exceptions import ConnectionClosed
 from leaseworker.clock import monotonic, wall_ns
 from leaseworker.observability.logging import get_logger
 from leaseworker.protocol.adapter import Action, Fail, Ready, Reconnect, Release, Send, SocketAdapter
+from leaseworker.secret_references import redact
 from leaseworker.worker import upstream
 from leaseworker.worker.session import ConnectionSession
 
@@ -38,14 +39,14 @@ async def open_successor(
     protocol = session.protocol
     assert protocol is not None
     refs = protocol.references()
+    values: dict[str, str] = {}
     try:
         values = await session.deps.references.resolve(refs) if refs else {}
         adapter = new_adapter(values)
         new = await session.deps.open_socket(adapter.connect_request(), session.stop_requested)
     except Exception as error:
-        logger.warning(
-            "rotation: the successor did not open; keeping the old socket", extra={"error": str(error)}
-        )
+        shown = redact(str(error), values.values())  # a URL in the error may hold a resolved value
+        logger.warning("rotation: the successor did not open; keeping the old socket", extra={"error": shown})
         return None
     if new is None:
         return None

@@ -37,6 +37,7 @@ from leaseworker.protocol.adapter import (
     SocketAdapter,
     SocketContext,
 )
+from leaseworker.secret_references import redact
 from leaseworker.worker import connect_budget, upstream
 from leaseworker.worker.backoff import ReconnectPacing, check_upstream_url, is_fatal
 from leaseworker.worker.batch import BATCH_LINGER_SECONDS, frame_size
@@ -91,6 +92,7 @@ class SocketRun:
         self._display_url = ""
         self._ready = False  # the current socket's open steps are done
         self._dropped = 0  # overlapping replays dropped on this socket
+        self._values: tuple[str, ...] = ()  # the current socket's resolved references
 
     def _adapter(self, values: dict[str, str], resume: Resume) -> SocketAdapter:
         s = self.s
@@ -111,17 +113,34 @@ class SocketRun:
 
     async def attempt(self, pacing: ReconnectPacing) -> tuple[str, bool]:
         """One connection: open, run the open steps, deliver until it ends. Returns why it ended
-        and whether that counts as a failure at this position."""
+        and whether that counts as a failure at this position.
+
+        An upstream may echo what it was sent (a token in an error frame, a close reason, a URL
+        in an exception): every reason that leaves here, and every log line about this socket,
+        has the socket's resolved values replaced by "***" (docs/design.md §4.2 "Secrets")."""
+        try:
+            reason, counts = await self._attempt(pacing)
+        except Stop as stop:
+            outcome, reason = stop.result.outcome, self._scrub(stop.result.reason)
+            raise Stop(SessionResult(outcome, reason)) from None
+        return self._scrub(reason), counts
+
+    def _scrub(self, text: str) -> str:
+        return redact(text, self._values)
+
+    async def _attempt(self, pacing: ReconnectPacing) -> tuple[str, bool]:
         s = self.s
         protocol = s.protocol
         assert protocol is not None
         refs = protocol.references()
+        self._values = ()
         try:
             values = await s.deps.references.resolve(refs) if refs else {}
         except ValueError as error:  # UnresolvedReference, ConfigError: as configured, it cannot work
             return f"unresolved reference: {error}", True
         except Exception as error:  # SecretsUnavailable: throttled, unreachable; try again later
             return f"secrets unavailable: {error}", False
+        self._values = tuple(values.values())
         adapter = self._adapter(values, self._resume(s.open_reason))
         request = adapter.connect_request()
         check_upstream_url(request.display_url, allow_insecure=s.settings.allow_insecure_ws)
@@ -133,7 +152,8 @@ class SocketRun:
                 ws = await s.deps.open_socket(request, s.stop_requested)
             except Exception as error:
                 if is_fatal(error):
-                    raise Stop(SessionResult(Outcome.FAILED, f"{type(error).__name__}: {error}")) from None
+                    reason = self._scrub(f"{type(error).__name__}: {error}")  # the span records it too
+                    raise Stop(SessionResult(Outcome.FAILED, reason)) from None
                 status = upstream.refusal_status(error)
                 if status is not None:
                     await connect_budget.obey_refusal(s, limit, status, upstream.refusal_retry_after(error))
@@ -222,7 +242,7 @@ class SocketRun:
         broken = upstream.protocol_close(closed)
         if broken is not None:
             s.deps.metrics.count(MetricName.ProtocolErrors)
-            logger.warning("protocol error; resubscribing", extra={"error": broken})
+            logger.warning("protocol error; resubscribing", extra={"error": self._scrub(broken)})
             raise _Ended(f"protocol error: {broken}", True) from None
         code = closed.rcvd.code if closed.rcvd is not None else None
         reason = closed.rcvd.reason if closed.rcvd is not None else "no close frame"
@@ -299,11 +319,14 @@ class SocketRun:
                     s.open_reason = action.next_open
                 if action.kind == "protocol":
                     s.deps.metrics.count(MetricName.ProtocolErrors)
-                    logger.warning("protocol error; resubscribing", extra={"error": action.reason})
+                    logger.warning(
+                        "protocol error; resubscribing", extra={"error": self._scrub(action.reason)}
+                    )
                 elif action.kind == "error":
-                    logger.warning("upstream error frame", extra={"error": action.reason})
+                    logger.warning("upstream error frame", extra={"error": self._scrub(action.reason)})
                 elif action.kind in ("auth", "limit"):
-                    logger.warning("upstream refused us", extra={"error": action.reason, "kind": action.kind})
+                    shown = self._scrub(action.reason)
+                    logger.warning("upstream refused us", extra={"error": shown, "kind": action.kind})
                 raise _Ended(action.reason, _COUNTS.get(action.kind, True))
             elif isinstance(action, Fail):
                 await s.deliver()
@@ -313,7 +336,9 @@ class SocketRun:
                 # us (session-held items never expire), so the settler hands it back, conditional
                 # on owner and epoch, with what the sink accepted (review 2026-12-05, E).
                 s.clear_batch()
-                logger.warning("upstream says stale epoch", extra={"upstream_message": action.reason})
+                logger.warning(
+                    "upstream says stale epoch", extra={"upstream_message": self._scrub(action.reason)}
+                )
                 s.lose(UPSTREAM_STALE_EPOCH)
                 raise Stop(SessionResult(Outcome.LOST, UPSTREAM_STALE_EPOCH))
             elif isinstance(action, Rotate) and ws is not None:
