@@ -29,7 +29,7 @@ from leaseworker_dev.chaos.arbiter import start_arbiter
 from leaseworker_dev.chaos.nemeses import Measure, build
 from leaseworker_dev.chaos.observe import MemorySampler, TableSampler, slope_kib_per_min
 from leaseworker_dev.chaos.schedule import Schedule
-from leaseworker_dev.chaos.table_history import checkpoint_regressions, enable, read_all
+from leaseworker_dev.chaos.table_history import checkpoint_regressions, enable, fenced_by_peers, read_all
 from leaseworker_dev.chaos.throttle_proxy import FaultProxyThread
 from leaseworker_dev.chaos.unsafe import CONFIRM_VALUE, CONFIRM_VAR, DISABLE_VAR
 from leaseworker_dev.chaos.verdict import Evidence, Verdict, judge
@@ -298,11 +298,13 @@ def _execute(chaos: ChaosRun) -> Verdict:
         l1_fence_bound_s=FENCE_PATH_S + CONNECT_ALLOWANCE_S,
         written_back=checkpoint_regressions(writes),
         lease_s=config.timings.lease_seconds,
+        fenced=fenced_by_peers(writes),
     )
     verdict = judge(evidence)
     verdict.extra.update(_memory_summary(memory))
     verdict.extra["sampler_errors"] = table.errors[:5]
     verdict.extra["table_writes"] = len(writes)
+    verdict.extra["fenced_by_peers"] = sorted(evidence.fenced)
     verdict.extra["unsafe"] = config.unsafe
     verdict.extra["injected_throttles"] = chaos.proxy.injected()
     verdict.extra["lost_replies"] = chaos.proxy.lost()

@@ -32,7 +32,7 @@ import aioboto3
 
 from leaseworker.lease.checkpoint_store import entries_from
 from leaseworker.lease.vocabulary import RESERVED_KEY_PREFIXES
-from leaseworker_dev.chaos.observe import checkpoint_item_worker
+from leaseworker_dev.chaos.observe import checkpoint_item_worker, session_item_worker
 from leaseworker_dev.local.fleet import TABLE
 from leaseworker_dev.local.services import LOCAL_CLIENT_OPTIONS, local_dynamodb
 
@@ -80,6 +80,20 @@ async def read_all(endpoint: str, stream_arn: str) -> list[Record]:
                 iterator = page.get("NextShardIterator")
     records.sort(key=lambda record: int(record["SequenceNumber"]))
     return records
+
+
+def fenced_by_peers(records: Sequence[Record]) -> set[str]:
+    """The workers whose session item a peer (or the supervisor) fenced during the run; a
+    worker's own clean-exit fence (`fenced_by` itself, at the end of an ordered shutdown) is not
+    one."""
+    fenced: set[str] = set()
+    for record in records:
+        image = record.get("NewImage", {})
+        worker = session_item_worker(str(image.get("connection_id", {}).get("S", "")))
+        by = image.get("fenced_by", {}).get("S")
+        if worker is not None and by is not None and by != worker:
+            fenced.add(worker)
+    return fenced
 
 
 def checkpoint_regressions(records: Sequence[Record]) -> list[str]:

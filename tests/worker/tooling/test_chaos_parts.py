@@ -29,9 +29,11 @@ from leaseworker.worker.acquirer import Acquirer
 from leaseworker.worker.audit import Audit
 from leaseworker.worker.checkpointer import Checkpointer
 from leaseworker_dev.chaos import unsafe, unsafe_worker
+from leaseworker_dev.chaos.nemeses import EXIT_FENCED, Measure
 from leaseworker_dev.chaos.observe import TableReading, rss_kib, tree_rss_kib
 from leaseworker_dev.chaos.runner import JOIN_SETTLE_S, join_windows
 from leaseworker_dev.chaos.schedule import ALL_KINDS, make_schedule
+from leaseworker_dev.chaos.table_history import fenced_by_peers
 from leaseworker_dev.chaos.throttle_proxy import (
     FaultProxyThread,
     Faults,
@@ -387,3 +389,37 @@ def test_moves_onto_a_joining_worker_are_its_rebalance_not_churn() -> None:
     assert not churn.ok
     late = join + int(JOIN_SETTLE_S * 1000) + 1
     assert churn.detail == [f"c moved at {late} ms outside every fault window"]
+
+
+def test_exit_3_is_owed_by_a_fenced_victim_and_an_unfenced_one_may_run_on() -> None:
+    """A pause or stall past the lease is fenced only if peers saw it silent for a whole lease;
+    the exit row asks exit 3 of a victim some peer fenced, and lets an unfenced one run on."""
+    paused = Measure("sigstop", "L1", 0, "w6", {}, expect_exit=EXIT_FENCED)
+    killed = Measure("sigkill group", "L1", 0, "w2", {}, expect_exit=-signal.SIGKILL)
+
+    def row(exits: dict[str, int | None], fenced: set[str]) -> Any:
+        evidence = Evidence(
+            1, "session", [], [], [], [paused, killed], exits, [], set(), {}, 7.5, 1.5, 3.0, fenced=fenced
+        )
+        return next(row for row in judge(evidence).rows if row.name == "exit statuses")
+
+    assert row({"w6": 3, "w2": -9}, {"w6"}).ok
+    unfenced = row({"w6": None, "w2": -9}, set())
+    assert unfenced.ok and "1 never fenced" in unfenced.figure
+    assert not row({"w6": None, "w2": -9}, {"w6"}).ok, "fenced, it must exit 3"
+    assert not row({"w6": 0, "w2": -9}, set()).ok, "an exit other than 3 is never right"
+    assert not row({"w6": 3, "w2": None}, set()).ok, "a killed worker is not excused by the fence rule"
+
+
+def test_fenced_by_peers_reads_the_session_items_fences_and_not_a_clean_exit() -> None:
+    def write(key: str, **image: str) -> dict[str, Any]:
+        return {"NewImage": {k: {"S": v} for k, v in {"connection_id": key, **image}.items()}}
+
+    records = [
+        write("worker#w6", fenced_by="w3"),  # a peer's fence
+        write("worker#w4", fenced_by="w4"),  # its own clean exit
+        write("worker#w5"),  # a heartbeat
+        write("worker#w7#ckpt", fenced_by="w1"),  # a checkpoint item, not a session
+        write("c-1", fenced_by="w2"),  # not a worker's item
+    ]
+    assert fenced_by_peers(records) == {"w6"}
