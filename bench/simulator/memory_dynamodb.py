@@ -316,21 +316,21 @@ class MemoryDynamoDB:
 def _after(action: str, body: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any] | None:
     """The item a write leaves (None: deleted), refused as DynamoDB refuses it: an update that
     changes the key, an item over 400 KB."""
-    if action == "Update":
-        return _updated(body, before)
-    after = dict(body["Item"]) if action == "Put" else None
+    if action == "Delete":
+        return None
+    after = _updated(body, before) if action == "Update" else dict(body["Item"])
     _check_size(after, f"{action}Item")
     return after
 
 
 def _updated(body: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any]:
+    """The item an UpdateItem leaves; its size is checked where it is written (`_check_size`)."""
     base = before if before is not None else dict(body["Key"])
     values = body.get("ExpressionAttributeValues", {})
     names = body.get("ExpressionAttributeNames", {})
     after = expressions.update(body["UpdateExpression"]).apply(base, values, names)
     if after.get("connection_id") != body["Key"]["connection_id"]:
         raise client_error("ValidationException", "cannot update the key", "UpdateItem")
-    _check_size(after, "UpdateItem")
     return after
 
 
