@@ -137,13 +137,18 @@ class ChaosRun:
             return None  # never take the last worker: nobody would be left to take over
         start = target % len(candidates)
         candidates = candidates[start:] + candidates[:start]
-        chosen = candidates[0] if heir is None else max(candidates, key=lambda w: self._inherited(heir, w))
+        chosen = candidates[0]
+        if heir is not None:
+            alive, leases = self.alive(), self.fleet.leases()  # one scan for every candidate
+
+            def inherited(dead: str) -> int:
+                survivors = [w for w in alive if w != dead]
+                held = (cid for cid, (owner, _) in leases.items() if owner == dead)
+                return sum(1 for cid in held if rank(cid, survivors)[0] == heir)
+
+            chosen = max(candidates, key=inherited)
         self.doomed.add(chosen)
         return chosen
-
-    def _inherited(self, heir: str, dead: str) -> int:
-        survivors = [w for w in self.alive() if w != dead]
-        return sum(1 for cid in self.held_by(dead) if rank(cid, survivors)[0] == heir)
 
     def start_worker(self, *, proxied: bool = False, extra_env: dict[str, str] | None = None) -> str:
         self._counter += 1
