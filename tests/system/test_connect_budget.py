@@ -2,8 +2,9 @@
 
 A local Jetstream replay accepts at most COUNT connects in any SECONDS (then 429, and a 418 ban:
 feed/replays/limits.py). N `generic/1` connections to it, each with `budget: {count: COUNT,
-seconds: SECONDS}`, cold-started by two workers (paced by the budget). Once the fleet is balanced
-and still, w1's worker child (about N/2 connections) is SIGKILLed; w2 takes them over (the
+seconds: SECONDS}`, cold-started by two workers (paced by the budget; N and COUNT per mode, see
+STORMS). Once the fleet is balanced and still, w1's worker child (about N/2 connections, two
+windows' worth) is SIGKILLed; w2 takes them over (the
 supervisor's fence and hints) and reconnects them, paced. Judged from outside: the replay's count
 of connects never exceeds COUNT in any window of SECONDS and it refused nothing; every lost
 connection delivers again within the fence path's bound plus the budget's term (docs/tuning.md
@@ -22,7 +23,7 @@ import signal
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,25 +38,43 @@ from tests.system.feeds_fleet import Arrival, FeedsFleet, check_s1, check_seqs, 
 from tests.system.test_failover import CONNECT_ALLOWANCE_S
 from tests.system.test_fast_takeover import FENCE_PATH_S
 
-N = 400  # over two workers: the victim holds about 200
-COUNT, SECONDS = 100, 2.0
+SECONDS = 2.0
 RATE = 1.0  # Jetstream events per second (every connection gets them all)
 SIGKILL_STATUS = 128 + signal.SIGKILL
-WINDOW_S = paced_seconds(2 * COUNT, COUNT, SECONDS)  # how long a grant counts
+WINDOW_S = paced_seconds(2, 1, SECONDS)  # how long a grant counts
+
+
+@dataclass(frozen=True, slots=True)
+class Storm:
+    connections: int  # N, over two workers: the victim holds about half
+    count: int  # COUNT: the victim's half is two windows' worth
+
+
+STORMS = {
+    "session": Storm(connections=400, count=100),
+    # Half the session run's: at N = 400, connection mode (300 writes/s, below) kept both cores
+    # 90-100 % busy (DynamoDB Local 70-100 %, the workers 30-70 %), and every step of the fence
+    # path ran two to three times slower than on an idle host (the confirmed fence 0.6-0.8 s,
+    # the first claim 1.9 s, the claims 1.7 s for 200): the takeover met the bound (6.6 s) 0 of
+    # 4 times here, at 7.3-10.3 s. The test is about pacing by the budget, which N = 200,
+    # COUNT = 50 tests the same way (two windows), at half the load.
+    "connection": Storm(connections=200, count=50),
+}
 
 
 # Connection mode writes per connection: a renewal each heartbeat and a checkpoint each checkpoint
-# period. At FAST (1 s, 1 s) that is 800 writes/s for N = 400, above DynamoDB Local's ceiling
+# period. At FAST (1 s, 1 s) that was 800 writes/s for N = 400, above DynamoDB Local's ceiling
 # (about 600/s here, less on a loaded machine): renewals queued behind each other, a worker
 # self-fenced in the cold start and the takeover's claims waited in the same queue. The test is
 # about connect budgets, not about that ceiling, so connection mode runs at twice FAST's periods
-# and three quarters of the checkpoint rate: 0.75 writes/s per connection, 300/s.
+# and three quarters of the checkpoint rate: 0.75 writes/s per connection, 300/s for N = 400 (and
+# 150/s for the N = 200 it now runs).
 CONNECTION_MODE_TIMINGS = replace(FAST, lease_seconds=6.0, heartbeat_seconds=2.0, checkpoint_seconds=4.0)
 
 
-def bound_s(lost: int) -> float:
+def bound_s(lost: int, count: int) -> float:
     """The fence path's L1 plus the budget's term for `lost` connections (docs/tuning.md §6)."""
-    return FENCE_PATH_S + CONNECT_ALLOWANCE_S + paced_seconds(lost, COUNT, SECONDS)
+    return FENCE_PATH_S + CONNECT_ALLOWANCE_S + paced_seconds(lost, count, SECONDS)
 
 
 @pytest.fixture
@@ -63,7 +82,8 @@ def fleet(
     tmp_path: Path, dynamodb_endpoint: str, moto_endpoint: str, marker: str, request: pytest.FixtureRequest
 ) -> Iterator[FeedsFleet]:
     params = request.node.callspec.params
-    limit = ConnectLimit(COUNT, SECONDS, ban_after=20, ban_seconds=10.0, armed=params["budgeted"])
+    count = STORMS[params["mode"]].count
+    limit = ConnectLimit(count, SECONDS, ban_after=20, ban_seconds=10.0, armed=params["budgeted"])
     timings = CONNECTION_MODE_TIMINGS if params["mode"] == "connection" else FAST
     running = FeedsFleet(tmp_path, dynamodb_endpoint, moto_endpoint, marker, params["mode"], timings)
     try:
@@ -73,14 +93,14 @@ def fleet(
         running.close()
 
 
-def add_connections(fleet: FeedsFleet, url: str, budgeted: bool) -> list[str]:
+def add_connections(fleet: FeedsFleet, url: str, budgeted: bool, storm: Storm) -> list[str]:
     config = expand("jetstream", {"url": url})
     if budgeted:
-        config["budget"] = {"count": COUNT, "seconds": SECONDS}
+        config["budget"] = {"count": storm.count, "seconds": SECONDS}
     else:
         config.pop("budget", None)
     text = json.dumps(config)
-    ids = [f"js-{i:03d}" for i in range(N)]
+    ids = [f"js-{i:03d}" for i in range(storm.connections)]
 
     async def add_all(admin: LeaseTableAdmin) -> None:
         for cid in ids:
@@ -133,7 +153,9 @@ def test_takeover_storm_stays_within_the_upstream_limit(fleet: FeedsFleet, mode:
     server = replays.servers["jetstream"]
     limit = server.host_limit
     assert limit is not None
-    ids = add_connections(fleet, server.url, budgeted)
+    storm = STORMS[mode]
+    N, COUNT = storm.connections, storm.count
+    ids = add_connections(fleet, server.url, budgeted, storm)
     started = time.monotonic()
     w1 = fleet.start_worker("w1")
     w2 = fleet.start_worker("w2")
@@ -171,7 +193,7 @@ def test_takeover_storm_stays_within_the_upstream_limit(fleet: FeedsFleet, mode:
 
     wait_until(
         lambda: len(firsts(fleet.tailer.arrivals(), epochs)) == lost,
-        bound_s(lost) + 15,
+        bound_s(lost, COUNT) + 15,
         "every connection back",
     )
     taken = {cid: (ms - fault_ms) / 1000 for cid, ms in firsts(fleet.tailer.arrivals(), epochs).items()}
@@ -197,14 +219,14 @@ def test_takeover_storm_stays_within_the_upstream_limit(fleet: FeedsFleet, mode:
             "first": round(min(taken.values()), 2),
             "median": round(sorted(taken.values())[lost // 2], 2),
             "max": round(slowest, 2),
-            "bound": round(bound_s(lost), 2),
+            "bound": round(bound_s(lost, COUNT), 2),
         },
         "records": len(arrivals),
     }
     print(f"\nconnect budget {mode}: {summary}")
     assert refused == [], f"the upstream refused connects: {refused[:10]}"
     assert peak <= COUNT, summary
-    assert slowest <= bound_s(lost), summary
+    assert slowest <= bound_s(lost, COUNT), summary
     violations = [*check_s1(arrivals), *check_seqs(arrivals), *check_no_loss(arrivals, RATE)]
     assert not violations, violations[:10]
     # The storm was paced, not merely lucky: the takeover needed more than one window.
