@@ -177,10 +177,13 @@ class SessionHeartbeat:
             )
             return False
         if isinstance(result, Fenced):
-            logger.error(
-                "our session is fenced: stopping at once",
-                extra={"fenced_by": result.fenced_by, "kind": result.kind, "reason": result.reason},
-            )
+            extra = {"fenced_by": result.fenced_by, "kind": result.kind, "reason": result.reason}
+            if result.fenced_by == settings.worker_id:
+                # Our own clean-exit fence (worker/shutdown.py), met by a last heartbeat on the
+                # wire: the end of an ordered shutdown, not an alarm.
+                logger.info("our session is closed by our own shutdown", extra=extra)
+            else:
+                logger.error("our session is fenced: stopping at once", extra=extra)
             self._validity.fence()
             self._on_fenced(result)
             return False
