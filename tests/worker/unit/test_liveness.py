@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
+from leaseworker.lease.balance import FleetView
 from leaseworker.lease.liveness import (
     CONFIRMED,
+    SILENT_AFTER_HEARTBEATS,
     SUSPECTED,
+    Listing,
     Observer,
     PeerState,
     SessionInfo,
     SessionValidity,
     claimable_kind,
     live_worker_ids,
+    read_listing,
     session_deadline,
+    silent_after,
 )
+from leaseworker.lease.rebalance import SharePlan, plan_share
 from leaseworker.settings import Settings
 
 LEASE = 10.0
@@ -201,3 +207,33 @@ def test_observer_cannot_fence_before_the_holders_deadline_passed() -> None:
     assert observer.observe([session("h", 9)], fence_at)[0].state is DEAD
     assert commit <= first_seen
     assert not validity.is_valid(fence_at - settings.fence_margin_seconds)
+
+
+def test_a_peer_silent_for_some_heartbeats_stops_counting_in_the_share_but_not_in_ranking() -> None:
+    """Connection mode, three workers of 8 each; `victim` is cut off from DynamoDB: its counter
+    stands still and its 8 leases expire (free), while its published load still says 8. Counted
+    twice, they left each survivor a target of 11 (3 more each: 6 of the 8), the last 2 for a
+    later reconcile. Once it has been silent for SILENT_AFTER_HEARTBEATS, each survivor's share
+    is half of everything, and the two of them claim all 8 in one reconcile."""
+    settings = Settings(lease_seconds=3.0, heartbeat_seconds=1.0, max_clock_skew_ms=200, worker_id=ME)
+    quiet = silent_after(settings)
+    assert quiet == SILENT_AFTER_HEARTBEATS * settings.heartbeat_seconds < settings.lease_seconds
+    loaded = {w: replace(session(w, 1), lease_mode="connection", load=8) for w in ("victim", "other", ME)}
+    observer = Observer(ME, settings.lease_seconds)
+    observer.observe(loaded.values(), 0.0)
+
+    def my_plan(now: float) -> tuple[SharePlan, Listing]:
+        beating = {**loaded, "other": replace(loaded["other"], hb=1 + int(now * 10))}
+        verdicts = observer.observe(beating.values(), now)
+        listing = read_listing(verdicts, me=ME, fenced_before={}, silent_after=quiet)
+        view = FleetView(peers=listing.peers, free=8)
+        return plan_share(view, owned=8, claiming=0, my_capacity=100, previous_excess=0), listing
+
+    before, listing = my_plan(quiet - 0.1)
+    assert sorted(p.worker_id for p in listing.peers) == ["other", "victim"]
+    assert before.target - 8 == 3 and before.unowned == 2  # 6 of the 8 claimed by the two survivors
+    after, listing = my_plan(quiet)
+    assert [p.worker_id for p in listing.peers] == ["other"]
+    assert after.target - 8 == 4  # both survivors: 8 of the 8
+    assert "victim" in listing.live  # still ranked; fenced only by the observer rule
+    assert all(v.state is LIVE for v in observer.observe(loaded.values(), quiet) if v.worker_id == "victim")

@@ -27,6 +27,8 @@ CONFIRMED = "confirmed"  # fenced by the supervisor that reaped the process (doc
 # connection is still held by it (worker/absent_owners.py): claimable like SUSPECTED, once
 # LEASE_SECONDS have passed on the observer's own clock since it first saw the stub.
 ABSENT = "absent"
+# Heartbeats a peer's counter may stand still before its load stops counting in our share.
+SILENT_AFTER_HEARTBEATS = 2.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +134,30 @@ class Listing:
     live: list[str]  # the live workers, us included once listed (rendezvous ranking)
 
 
-def read_listing(verdicts: list[Verdict], *, me: str, fenced_before: dict[str, SessionInfo]) -> Listing:
+def silent_after(settings: Settings) -> float:
+    """How long a peer's counter may stand still before its published load stops counting in
+    our fair share: SILENT_AFTER_HEARTBEATS heartbeats. A beating peer's value is seen standing
+    for up to about one heartbeat (its period, then our listing's)."""
+    return SILENT_AFTER_HEARTBEATS * settings.heartbeat_seconds
+
+
+def read_listing(
+    verdicts: list[Verdict],
+    *,
+    me: str,
+    fenced_before: dict[str, SessionInfo],
+    silent_after: float = float("inf"),
+) -> Listing:
     """A fence is never undone while its session item exists (a hint may have shown us one
-    this listing, read earlier, does not show yet); a reaped id may start afresh."""
+    this listing, read earlier, does not show yet); a reaped id may start afresh.
+
+    A live peer whose counter has stood still for `silent_after` seconds or more (not yet for a
+    lease: not fenced) is left out of `peers`, the fair share's view. It may well be cut off from
+    DynamoDB: in connection mode its leases then expire and are counted free, while its last
+    published load still counts them as its own. Counted twice, they capped the survivors'
+    shares, and the rest waited for a second reconcile's over-share or for the peer itself (seen:
+    6.58 s against L1's 5.90 s in the fault suite's ddb_stall). Only the share changes: it stays
+    in `live` for rendezvous ranking, and is fenced only by the observer rule."""
     listed = {v.worker_id for v in verdicts}
     fenced = {w: s for w, s in fenced_before.items() if w in listed} | {
         v.worker_id: v.session for v in verdicts if v.state is PeerState.FENCED and v.session is not None
@@ -146,6 +169,7 @@ def read_listing(verdicts: list[Verdict], *, me: str, fenced_before: dict[str, S
         and v.worker_id != me
         and v.session is not None
         and v.worker_id not in fenced
+        and v.still_for < silent_after
     )
     live = [worker for worker in live_worker_ids(verdicts) if worker not in fenced]
     return Listing(fenced, peers, live)

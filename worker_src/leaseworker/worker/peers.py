@@ -37,6 +37,7 @@ from leaseworker.lease.liveness import (
     SessionInfo,
     Verdict,
     read_listing,
+    silent_after,
 )
 from leaseworker.lease.model import NO_CHECKPOINT
 from leaseworker.lease.ownership import Ownership
@@ -183,7 +184,9 @@ class PeerWatch:
         """List and judge the sessions: the live peers' loads, the live workers, the fenced."""
         sessions = await self._sessions.list_sessions()
         verdicts = self._observer.observe(sessions, monotonic())  # the clock AFTER the read
-        listing = read_listing(verdicts, me=self._me, fenced_before=self._fenced)
+        listing = read_listing(
+            verdicts, me=self._me, fenced_before=self._fenced, silent_after=silent_after(self._settings)
+        )
         self._fenced, self.peers, self._live = listing.fenced, listing.peers, listing.live
         return verdicts
 
