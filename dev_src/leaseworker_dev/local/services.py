@@ -207,13 +207,28 @@ SERIAL_MOTO: Final = """
 import sys, threading
 from moto.kinesis import models
 _lock = threading.Lock()
-_put, _get = models.Shard.put_record, models.Shard.get_records
+_put = models.Shard.put_record
 def put_record(self, *args, **kwargs):
     with _lock:
         return _put(self, *args, **kwargs)
-def get_records(self, *args, **kwargs):
-    with _lock:  # it iterates the shard's OrderedDict, which a concurrent put mutates
-        return _get(self, *args, **kwargs)
+def get_records(self, last_sequence_id, limit):
+    # moto's walks the shard from its first record on every call: O(records so far), under the
+    # lock, so a tailer's polls held up the workers' PutRecords more the longer a test ran (sink
+    # timeouts, handoffs past L2). Sequence numbers here are consecutive (put_record: max + 1), so
+    # the records after `last_sequence_id` are read directly: O(limit).
+    with _lock:  # a concurrent put mutates the shard's OrderedDict
+        after = int(last_sequence_id)
+        last = next(reversed(self.records), 0)
+        results = []
+        for number in range(after + 1, last + 1):
+            record = self.records.get(number)
+            if record is not None:
+                results.append(record)
+                after = number
+            if len(results) == limit:
+                break
+        behind = self.records[last].created_at - results[-1].created_at if results else 0.0
+        return results, after, int(behind * 1000)
 def get_max_sequence_number(self):  # moto's builds a list of every key: O(n) per put
     return next(reversed(self.records), 0)
 models.Shard.put_record = put_record
