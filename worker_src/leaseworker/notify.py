@@ -128,7 +128,7 @@ class Notifier:
             async with asyncio.timeout(self._timeout), self._sending:
                 if mine.sent:
                     return  # an earlier caller's batch carried it
-                batch = self._take_batch(mine)
+                batch = self._take_round(mine)
                 await self._send_round(self._client, self._queue_url, batch)
         except TimeoutError:
             log.warning(
@@ -148,7 +148,7 @@ class Notifier:
             if mine in self._outgoing:  # timed out waiting for its turn: nobody sends it now
                 self._outgoing.remove(mine)
 
-    def _take_batch(self, mine: _Outgoing) -> list[_Outgoing]:
+    def _take_round(self, mine: _Outgoing) -> list[_Outgoing]:
         """`mine` and the oldest others waiting, at most one round's, marked as taken."""
         others = [entry for entry in self._outgoing if entry is not mine][: SENDERS * MAX_MESSAGES - 1]
         batch = [mine, *others]

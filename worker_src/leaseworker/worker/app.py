@@ -230,8 +230,13 @@ class Worker:
 
     def _on_fenced(self, fenced: Fenced) -> None:
         """Peers may be claiming our connections already: drop every one at once, deliver nothing."""
+        extra = {"fenced_by": fenced.fenced_by, "kind": fenced.kind, "reason": fenced.reason}
         if self._shutdown.leaving:
-            return  # our own clean-exit fence, seen by a last heartbeat
+            # Our own clean-exit fence (worker/shutdown.py), met by a last heartbeat on the wire:
+            # the end of an ordered shutdown, not an alarm.
+            logger.info("our session is closed by our own shutdown", extra=extra)
+            return
+        logger.error("our session is fenced: stopping at once", extra=extra)
         self._fenced = fenced
         for owned in list(self._registry.owned.values()):
             owned.session.lose(f"our session was fenced ({fenced.kind})")

@@ -176,14 +176,7 @@ class SessionHeartbeat:
                 extra={"error": str(error), "sent_ago": round(monotonic() - sent_at, 3)},
             )
             return False
-        if isinstance(result, Fenced):
-            extra = {"fenced_by": result.fenced_by, "kind": result.kind, "reason": result.reason}
-            if result.fenced_by == settings.worker_id:
-                # Our own clean-exit fence (worker/shutdown.py), met by a last heartbeat on the
-                # wire: the end of an ordered shutdown, not an alarm.
-                logger.info("our session is closed by our own shutdown", extra=extra)
-            else:
-                logger.error("our session is fenced: stopping at once", extra=extra)
+        if isinstance(result, Fenced):  # `on_fenced` says whose fence it is, and logs it
             self._validity.fence()
             self._on_fenced(result)
             return False

@@ -107,6 +107,7 @@ class PeerWatch:
         self._stop = stop_acquiring
         self._me = settings.worker_id
         self._observer = Observer(self._me, settings.lease_seconds)
+        self._silent_after = silent_after(settings)  # out of the fair share, not yet fenced
         self._scheduled: set[str] = set()
         self._group: asyncio.TaskGroup | None = None
         self.peers: tuple[PeerLoad, ...] = ()
@@ -185,7 +186,7 @@ class PeerWatch:
         sessions = await self._sessions.list_sessions()
         verdicts = self._observer.observe(sessions, monotonic())  # the clock AFTER the read
         listing = read_listing(
-            verdicts, me=self._me, fenced_before=self._fenced, silent_after=silent_after(self._settings)
+            verdicts, me=self._me, fenced_before=self._fenced, silent_after=self._silent_after
         )
         self._fenced, self.peers, self._live = listing.fenced, listing.peers, listing.live
         return verdicts
