@@ -10,7 +10,8 @@ part of this interface.
 The lease mode is chosen once, when the worker builds its Ownership (worker/main.py), and no
 other module tests it: what differs between the modes is asked of the Ownership. That is which
 leases a checkpoint round writes and how (one write per advanced lease, or one batched write),
-whether a session heartbeat extends the leases, whether a lease lost to us locally is handed
+whether a session heartbeat extends the leases (and so whether they wait for one in flight past
+their deadline), whether a lease lost to us locally is handed
 back, whether an unreleased lease may be left to expire, and whether the keeper loop renews
 each lease on its own schedule.
 """
@@ -18,7 +19,9 @@ each lease on its own schedule.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -63,6 +66,11 @@ class Ownership(Protocol):
     def checkpoint_scope(self, live: Sequence[Progress], lapsed: Sequence[Progress]) -> list[Progress]:
         """The leases a checkpoint round writes, from the live ones and the lapsed ones (lost to
         us locally, not handed back yet): empty when no write is due."""
+        ...
+
+    def heartbeat_in_flight(self, leases: Iterable[Lease], sent_at: float) -> AbstractContextManager[None]:
+        """While a session heartbeat sent at monotonic `sent_at` is on the wire: the leases it
+        would extend wait for its answer past their deadline (`Lease.awaiting_renewal`)."""
         ...
 
     def heartbeat_landed(self, leases: Iterable[Lease]) -> None:
@@ -131,6 +139,9 @@ class ConnectionLeases:
     def checkpoint_scope(self, live: Sequence[Progress], lapsed: Sequence[Progress]) -> list[Progress]:
         """Each advanced lease on its own. A lapsed lease's item expires by itself."""
         return [entry for entry in live if entry.advanced]
+
+    def heartbeat_in_flight(self, leases: Iterable[Lease], sent_at: float) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()  # a heartbeat extends no lease: nothing waits for it
 
     def heartbeat_landed(self, leases: Iterable[Lease]) -> None:
         """Nothing: each lease is extended by its own renewal (the keeper)."""

@@ -12,8 +12,9 @@ STOPPED items still carrying the marker (normally none; each is released within 
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from leaseworker.clock import monotonic
@@ -68,6 +69,27 @@ class SessionLeases:
         successor only the claim-time last_seq: review 2026-12-05, C2) and lapsed ones.
         Whether the write is due is checkpoint_round's call (it also refreshes the TTL, C3)."""
         return [*live, *lapsed]
+
+    @contextlib.contextmanager
+    def heartbeat_in_flight(self, leases: Iterable[Lease], sent_at: float) -> Iterator[None]:
+        """The session heartbeat is every lease's renewal, so a lease past its deadline with a
+        heartbeat in flight that was sent before it is not lost yet: its session delivers
+        nothing until that heartbeat answers (bounded by its timeout, LEASE_SECONDS − margin),
+        exactly as a connection-mode lease waits for its renewal. Only leases valid at the send
+        count (`Lease.awaiting_renewal` checks `sent_at` against the deadline). If it lands, it
+        was conditional on our session not being fenced, so no peer can have taken a lease, and
+        it extends them from its own send time as every heartbeat does. Without it the round
+        trip R < LEASE_SECONDS − margin − H was a cliff: a 0.3 s stall of a loaded machine on a
+        1.4 s round trip (bound 1.7 s) lapsed the session and moved all eight leases of
+        tests/worker/integration/test_latency_keeps_leases.py."""
+        waiting = [lease for lease in leases if lease.is_valid(sent_at)]
+        for lease in waiting:
+            lease.renewals_in_flight.append(sent_at)
+        try:
+            yield
+        finally:
+            for lease in waiting:
+                lease.renewals_in_flight.remove(sent_at)
 
     def heartbeat_landed(self, leases: Iterable[Lease]) -> None:
         """Every session-held lease shares the session's deadline, just moved forward."""

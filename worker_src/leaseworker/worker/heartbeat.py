@@ -18,7 +18,10 @@ min(1.5 H, the session's remaining validity). With a 1.4 s round trip against LE
 H = 1, each was cancelled at about 1.3 s ("exceeded its 1.29 s deadline") although it would have
 landed well within the session it extends, so the session lapsed and every lease moved. Now the
 session is kept, and its `hb` moves every H on an observer's clock, while every round trip
-R < LEASE_SECONDS − margin − H (1.7 s at the local fleet's timings, 13 s at the defaults).
+R < LEASE_SECONDS − margin − H (1.7 s at the local fleet's timings, 13 s at the defaults); past
+that, each lease waits for the heartbeat in flight that was sent before its deadline
+(`Ownership.heartbeat_in_flight`) and delivers nothing meanwhile, so the session is kept while
+R ≤ 2H as well, and a spike pauses deliveries instead of lapsing the session.
 Pipelined heartbeats may land out of order, so under such latency a peer may briefly see an
 older `load` (fair share only; `hb` is a counter and the deadline takes the maximum).
 
@@ -159,30 +162,33 @@ class SessionHeartbeat:
         sent_at = monotonic()
         # Until the deadline this very heartbeat would set: a success later extends nothing.
         timeout = session_deadline(sent_at, settings) - sent_at
-        try:
-            load = self.load()
-            with self._tracing.span("session.heartbeat", load=load):
-                result = await self._sessions.heartbeat(
-                    settings.worker_id,
-                    load=load,
-                    capacity=settings.max_connections,
-                    lease_mode=settings.lease_mode,
-                    task_arn=self._task_arn,
-                    timeout=timeout,
+        live = [owned.lease for owned in self._registry.live()]
+        # Leases it extends wait for it past their deadline; landed, it extends them before they stop.
+        with self._ownership.heartbeat_in_flight(live, sent_at):
+            try:
+                load = self.load()
+                with self._tracing.span("session.heartbeat", load=load):
+                    result = await self._sessions.heartbeat(
+                        settings.worker_id,
+                        load=load,
+                        capacity=settings.max_connections,
+                        lease_mode=settings.lease_mode,
+                        task_arn=self._task_arn,
+                        timeout=timeout,
+                    )
+            except StoreError as error:
+                logger.warning(
+                    "session heartbeat failed",
+                    extra={"error": str(error), "sent_ago": round(monotonic() - sent_at, 3)},
                 )
-        except StoreError as error:
-            logger.warning(
-                "session heartbeat failed",
-                extra={"error": str(error), "sent_ago": round(monotonic() - sent_at, 3)},
-            )
-            return False
-        if isinstance(result, Fenced):  # `on_fenced` says whose fence it is, and logs it
-            self._validity.fence()
-            self._on_fenced(result)
-            return False
-        self.beats += 1
-        self._validity.heartbeat_succeeded(sent_at)
-        self._ownership.heartbeat_landed(owned.lease for owned in self._registry.live())
+                return False
+            if isinstance(result, Fenced):  # `on_fenced` says whose fence it is, and logs it
+                self._validity.fence()
+                self._on_fenced(result)
+                return False
+            self.beats += 1
+            self._validity.heartbeat_succeeded(sent_at)
+            self._ownership.heartbeat_landed(owned.lease for owned in self._registry.live())
         if self._on_beat is not None:
             self._on_beat()
         return True
