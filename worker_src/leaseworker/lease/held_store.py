@@ -52,6 +52,7 @@ _CLAIM_WITH_SEQ = (
 # The same, for an entry that carries the cursor belonging to its seq (docs/design.md §5).
 _CLAIM_WITH_SEQ_AND_CURSOR = _CLAIM_WITH_SEQ.replace(" ADD ", ", #cursor = :cursor ADD ")
 COND_DEAD_HOLDS = "lease_owner = :dead AND lease_epoch = :epoch"
+COND_DEAD_HOLDS_AS_READ = f"{COND_DEAD_HOLDS} AND lease_expires_at_ms = :expires"  # nothing renewed it
 _FREE = "SET lease_expires_at_ms = :zero, updated_at_ms = :now REMOVE lease_owner"
 _FREE_WITH_SEQ = (
     "SET lease_expires_at_ms = :zero, updated_at_ms = :now, last_seq = :resume REMOVE lease_owner"
@@ -67,6 +68,12 @@ class OwnedConnection:
     last_seq: int
     session_held: bool  # False: a connection-mode lease (claimable only on a confirmed fence)
     started: bool
+    expires_at_ms: int  # as read: a free_for is conditioned on it
+
+    def lapsed(self, threshold_ms: int) -> bool:
+        """A connection-mode lease that expired before `threshold_ms` (now minus the clock skew,
+        the orphan query's own test): its holder delivers nothing more, fenced or not."""
+        return not self.session_held and 0 < self.expires_at_ms < threshold_ms
 
 
 class SessionHeldStore:
@@ -186,6 +193,7 @@ class SessionHeldStore:
                 last_seq=number(item, "last_seq", NO_CHECKPOINT),
                 session_held=number(item, "lease_expires_at_ms") == SESSION_HELD,
                 started=text(item, "desired_state") == STARTED,
+                expires_at_ms=number(item, "lease_expires_at_ms"),
             )
             for item in items
             if text(item, "lease_owner") == worker
@@ -198,21 +206,22 @@ class SessionHeldStore:
         """Free a fenced session's connection that nobody will claim (it is STOPPED), keeping the
         dead holder's newer checkpoint: `last_seq = max(item's, resume_seq)`, as a claim from
         the dead does, so the effective checkpoint never moves back (review 2026-12-05, C1).
-        False if `dead` no longer holds it at that epoch."""
+        False if `dead` no longer holds it at that epoch and expiry (as read)."""
         values: dict[str, Any] = {
             ":dead": {"S": dead},
             ":epoch": {"N": str(connection.epoch)},
+            ":expires": {"N": str(connection.expires_at_ms)},
             ":zero": {"N": "0"},
             ":now": {"N": str(now_ms())},
         }
-        attempts = [(_FREE, COND_DEAD_HOLDS, values)]
+        attempts = [(_FREE, COND_DEAD_HOLDS_AS_READ, values)]
         if resume_seq > connection.last_seq:
             with_seq = values | {":resume": {"N": str(resume_seq)}}
             update = _FREE_WITH_SEQ
             if resume_cursor is not None:  # the entry's cursor goes with its seq
                 with_seq |= cursor_value(resume_cursor)
                 update = _FREE_WITH_SEQ_AND_CURSOR
-            attempts.insert(0, (update, f"{COND_DEAD_HOLDS} AND {COND_NOT_BEHIND}", with_seq))
+            attempts.insert(0, (update, f"{COND_DEAD_HOLDS_AS_READ} AND {COND_NOT_BEHIND}", with_seq))
         for update, condition, attempt_values in attempts:
             try:
                 await call_with_deadline(
@@ -230,7 +239,11 @@ class SessionHeldStore:
                 return True
             except ClientError as error:
                 old = failed_item(error)
-                if text(old, "lease_owner") != dead or number(old, "lease_epoch") != connection.epoch:
+                if (
+                    text(old, "lease_owner") != dead
+                    or number(old, "lease_epoch") != connection.epoch
+                    or number(old, "lease_expires_at_ms") != connection.expires_at_ms
+                ):
                     return False
                 # Still dead's at that epoch: the item is already past resume_seq; free it as is.
         return False

@@ -269,7 +269,13 @@ class PeerWatch:
             # Our share grows before we claim our part. This runs inside a round (the listing
             # lock held, the listing just made) or for a hint that must not wait for one.
             await self._acquirer.refresh_share(list_after_count=False)
-        stopped = [c for c in held if not c.started and (confirmed or c.session_held)]
+        # A STOPPED one nobody will claim: free it for `remove` once its holder serves nothing
+        # (a connection-mode lease of a suspected peer only once it has expired: stopped while
+        # its holder was cut off, it used to name that peer for good, and `remove` was refused).
+        lapsed_before = now_ms() - self._settings.max_clock_skew_ms
+        stopped = [
+            c for c in held if not c.started and (confirmed or c.session_held or c.lapsed(lapsed_before))
+        ]
         claimable = [c for c in claimable if not self._registry.busy(c.connection_id)]
         claimable = [c for c in claimable if c.connection_id not in self._scheduled]
         if not (stopped or claimable) or self._stop.is_set():
