@@ -145,9 +145,9 @@ async def _inject(fleet: Fleet, fault: Fault, rng: random.Random) -> None:
         await asyncio.sleep(fault.seconds)
         link.lose_replies = 0.0
         return
-    elif fault.kind == "slow_replies":  # a spike: 1.2-3.6 s at 6/2, past the deadline (3.4 s) to below L - H
+    elif fault.kind == "slow_replies":  # a spike of 1.2-4.5 s at 6/2: past the deadlines, 2H and L - H
         link = fleet.workers[victim].link
-        link.slow_seconds = rng.uniform(0.2, 0.6) * fleet.timings.lease_seconds
+        link.slow_seconds = rng.uniform(0.2, 0.75) * fleet.timings.lease_seconds
         link.slow_until = asyncio.get_running_loop().time() + fault.seconds
         return
     elif fault.kind == "throttle":
