@@ -31,7 +31,7 @@ from leaseworker.lease.batch_get import batch_get_items
 from leaseworker.lease.connection_store import COND_ACQUIRE, ConnectionStore, cursor_names, cursor_value
 from leaseworker.lease.dynamodb import call_with_deadline, now_ms
 from leaseworker.lease.errors import AcquireUncertain, StoreThrottled, StoreUnavailable
-from leaseworker.lease.model import NO_CHECKPOINT, STARTED, ConnectionItem, Lease, MalformedItem
+from leaseworker.lease.model import NO_CHECKPOINT, STARTED, ConnectionItem, Lease, MalformedItem, is_expired
 from leaseworker.lease.results import Acquired, AcquireResult, Lost, Malformed
 from leaseworker.lease.vocabulary import INDEX_BY_OWNER, SESSION_HELD
 from leaseworker.settings import Settings
@@ -70,10 +70,10 @@ class OwnedConnection:
     started: bool
     expires_at_ms: int  # as read: a free_for is conditioned on it
 
-    def lapsed(self, threshold_ms: int) -> bool:
-        """A connection-mode lease that expired before `threshold_ms` (now minus the clock skew,
-        the orphan query's own test): its holder delivers nothing more, fenced or not."""
-        return not self.session_held and 0 < self.expires_at_ms < threshold_ms
+    def lapsed(self, now_ms: int, settings: Settings) -> bool:
+        """A connection-mode lease that has expired by the acquire rule (`model.is_expired`): its
+        holder delivers nothing more, fenced or not."""
+        return not self.session_held and is_expired(self.expires_at_ms, now_ms, settings)
 
 
 class SessionHeldStore:

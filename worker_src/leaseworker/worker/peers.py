@@ -272,9 +272,11 @@ class PeerWatch:
         # A STOPPED one nobody will claim: free it for `remove` once its holder serves nothing
         # (a connection-mode lease of a suspected peer only once it has expired: stopped while
         # its holder was cut off, it used to name that peer for good, and `remove` was refused).
-        lapsed_before = now_ms() - self._settings.max_clock_skew_ms
+        now = now_ms()
         stopped = [
-            c for c in held if not c.started and (confirmed or c.session_held or c.lapsed(lapsed_before))
+            c
+            for c in held
+            if not c.started and (confirmed or c.session_held or c.lapsed(now, self._settings))
         ]
         claimable = [c for c in claimable if not self._registry.busy(c.connection_id)]
         claimable = [c for c in claimable if c.connection_id not in self._scheduled]
