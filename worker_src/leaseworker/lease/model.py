@@ -19,8 +19,9 @@ Correctness model (connection mode, docs/design.md §2a, §2d)
 
 from __future__ import annotations
 
+import contextlib
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,7 +165,8 @@ class Lease:
     protocol: str = DEFAULT_PROTOCOL
     protocol_config: str | None = None
     start_cursor: str | None = None  # JSON text: the checkpoint cursor beside `start_seq`
-    # Connection mode: the send times of renewals not yet answered (worker/keeper.py).
+    # The send times of renewals not yet answered: a connection-mode renewal (worker/keeper.py)
+    # or the session heartbeat (session_leases.heartbeat_in_flight). See `renewal_in_flight`.
     renewals_in_flight: list[float] = field(default_factory=list)
 
     def resume_from(self, item: ConnectionItem, seq: int, cursor: str | None) -> None:
@@ -192,6 +194,16 @@ class Lease:
         if self.state not in (LeaseState.HELD, LeaseState.RELEASING) or now < self.valid_until:
             return False
         return any(sent_at < self.valid_until for sent_at in self.renewals_in_flight)
+
+    @contextlib.contextmanager
+    def renewal_in_flight(self, sent_at: float) -> Iterator[None]:
+        """While a renewal sent at monotonic `sent_at` is on the wire: past the deadline, the
+        lease waits for its answer (`awaiting_renewal`) instead of being lost."""
+        self.renewals_in_flight.append(sent_at)
+        try:
+            yield
+        finally:
+            self.renewals_in_flight.remove(sent_at)  # once its answer moved the deadline, or not
 
     def renewed(self, sent_at: float, settings: Settings) -> None:
         """A renewal sent at monotonic `sent_at` succeeded: extend the local deadline.

@@ -82,14 +82,11 @@ class SessionLeases:
         trip R < LEASE_SECONDS − margin − H was a cliff: a 0.3 s stall of a loaded machine on a
         1.4 s round trip (bound 1.7 s) lapsed the session and moved all eight leases of
         tests/worker/integration/test_latency_keeps_leases.py."""
-        waiting = [lease for lease in leases if lease.is_valid(sent_at)]
-        for lease in waiting:
-            lease.renewals_in_flight.append(sent_at)
-        try:
+        with contextlib.ExitStack() as waiting:
+            for lease in leases:
+                if lease.is_valid(sent_at):
+                    waiting.enter_context(lease.renewal_in_flight(sent_at))
             yield
-        finally:
-            for lease in waiting:
-                lease.renewals_in_flight.remove(sent_at)
 
     def heartbeat_landed(self, leases: Iterable[Lease]) -> None:
         """Every session-held lease shares the session's deadline, just moved forward."""

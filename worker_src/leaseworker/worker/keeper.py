@@ -119,11 +119,8 @@ class LeaseKeeper:
                 sent_at = monotonic()
                 if not lease.is_valid(sent_at):
                     return  # lapsed or lost: the session's fence timer has stopped delivery
-                lease.renewals_in_flight.append(sent_at)  # past the deadline, the session waits for it
-                try:
+                with lease.renewal_in_flight(sent_at):  # past the deadline, the session waits for it
                     await self._renew_sent(owned, sent_at)
-                finally:
-                    lease.renewals_in_flight.remove(sent_at)  # once its answer moved the deadline, or not
         finally:
             owned.renewing -= 1
             self._finished.set()
