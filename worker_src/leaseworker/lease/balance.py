@@ -32,6 +32,8 @@ class FleetView:
     peers: tuple[PeerLoad, ...]  # the other live workers (not withdrawn, not fenced)
     free: int  # STARTED connections nobody holds (new, released or expired), orphaned included
     orphaned: int = 0  # of those, the ones fenced peers still hold: a takeover in progress
+    silent: int = 0  # the published load of live peers silent for a while (not in `peers`)
+    unexpired: int = 0  # fenced peers' leases not expired yet: neither free nor a live load
 
 
 @dataclass(frozen=True, slots=True)

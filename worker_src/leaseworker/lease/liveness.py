@@ -132,6 +132,7 @@ class Listing:
     fenced: dict[str, SessionInfo]  # peers seen fenced, until their session is reaped
     peers: tuple[PeerLoad, ...]  # the other live workers' published load (fair share)
     live: list[str]  # the live workers, us included once listed (rendezvous ranking)
+    silent_load: int = 0  # the published load of the live peers left out of `peers` as silent
 
 
 def silent_after(settings: Settings) -> float:
@@ -157,22 +158,25 @@ def read_listing(
     published load still counts them as its own. Counted twice, they capped the survivors'
     shares, and the rest waited for a second reconcile's over-share or for the peer itself (seen:
     6.58 s against L1's 5.90 s in the fault suite's ddb_stall). Only the share changes: it stays
-    in `live` for rendezvous ranking, and is fenced only by the observer rule."""
+    in `live` for rendezvous ranking, and is fenced only by the observer rule. Its load is kept
+    apart as `silent_load`: the connections still need owners (lease/rebalance.py)."""
     listed = {v.worker_id for v in verdicts}
     fenced = {w: s for w, s in fenced_before.items() if w in listed} | {
         v.worker_id: v.session for v in verdicts if v.state is PeerState.FENCED and v.session is not None
     }
+    others = [
+        v
+        for v in verdicts
+        if v.state is PeerState.LIVE and v.worker_id not in (me, *fenced) and v.session is not None
+    ]
     peers = tuple(
         PeerLoad(v.worker_id, v.session.load, v.session.capacity)
-        for v in verdicts
-        if v.state is PeerState.LIVE
-        and v.worker_id != me
-        and v.session is not None
-        and v.worker_id not in fenced
-        and v.still_for < silent_after
+        for v in others
+        if v.session is not None and v.still_for < silent_after
     )
+    silent_load = sum(v.session.load for v in others if v.session is not None and v.still_for >= silent_after)
     live = [worker for worker in live_worker_ids(verdicts) if worker not in fenced]
-    return Listing(fenced, peers, live)
+    return Listing(fenced, peers, live, silent_load)
 
 
 def claimable_kind(verdict: Verdict) -> str | None:

@@ -311,7 +311,13 @@ class Worker:
         if free and list_after_count:
             await self._peers.list_now()
         orphaned = self._peers.orphaned
-        return FleetView(peers=self._peers.peers, free=free + orphaned, orphaned=orphaned)
+        return FleetView(
+            peers=self._peers.peers,
+            free=free + orphaned,
+            orphaned=orphaned,
+            silent=self._peers.silent_load,
+            unexpired=self._peers.unexpired,
+        )
 
     # ------------------------------------------------------------------ metrics
 

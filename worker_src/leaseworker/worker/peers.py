@@ -111,7 +111,9 @@ class PeerWatch:
         self._scheduled: set[str] = set()
         self._group: asyncio.TaskGroup | None = None
         self.peers: tuple[PeerLoad, ...] = ()
+        self.silent_load = 0  # the load of live peers left out of `peers` as silent
         self._orphaned: dict[str, int] = {}  # fenced peer -> its claimable connections, last sweep
+        self._unexpired: dict[str, int] = {}  # fenced peer -> its leases claimable once expired
         self._live: list[str] = []  # the live workers at the last listing, for rendezvous
         self._checked: dict[str, float] = {}  # holder -> when a hint last made us look
         self._listing = asyncio.Lock()
@@ -124,6 +126,13 @@ class PeerWatch:
         """Connections held by fenced sessions, waiting to be claimed: they need owners too, and
         are neither any live worker's load nor free (fair share counts them)."""
         return sum(self._orphaned.values())
+
+    @property
+    def unexpired(self) -> int:
+        """Connection-mode leases of peers fenced on suspicion, not expired yet: claimable once
+        they expire, and meanwhile neither free nor any live worker's load (fair share counts
+        them, so that the survivors' shares add up to every connection)."""
+        return sum(self._unexpired.values())
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
@@ -189,6 +198,7 @@ class PeerWatch:
             verdicts, me=self._me, fenced_before=self._fenced, silent_after=self._silent_after
         )
         self._fenced, self.peers, self._live = listing.fenced, listing.peers, listing.live
+        self.silent_load = listing.silent_load
         return verdicts
 
     async def check_holder(self, holder: str, connection_id: str | None = None) -> bool:
@@ -257,12 +267,15 @@ class PeerWatch:
                 "could not list a fenced peer's connections", extra={"peer": dead, "error": str(error)}
             )
             return
+        confirmed, now = kind == CONFIRMED, now_ms()
+        waiting = [c for c in held if c.started and not (confirmed or c.session_held)]
+        self._unexpired[dead] = sum(not c.lapsed(now, self._settings) for c in waiting)
         if not held:
             self._orphaned.pop(dead, None)
+            self._unexpired.pop(dead, None)
             await self._reap(dead)
             return
         self._empty_since.pop(dead, None)  # it holds something: the reap's wait starts again
-        confirmed = kind == CONFIRMED
         claimable = [c for c in held if c.started and (confirmed or c.session_held)]
         if self._orphaned.get(dead) != len(claimable):
             self._orphaned[dead] = len(claimable)
@@ -272,7 +285,6 @@ class PeerWatch:
         # A STOPPED one nobody will claim: free it for `remove` once its holder serves nothing
         # (a connection-mode lease of a suspected peer only once it has expired: stopped while
         # its holder was cut off, it used to name that peer for good, and `remove` was refused).
-        now = now_ms()
         stopped = [
             c
             for c in held
