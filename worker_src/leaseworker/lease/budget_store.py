@@ -10,7 +10,9 @@ once (its local cache, worker/budget.py) and must use them within `HOLD_MS`; a g
 against the window until `granted + HOLD_MS + SLACK_MS + seconds`, so every connect made with
 its tokens lies inside a window that still counts them: in any window of `seconds`, at most
 `count` connects, as the upstream counts them (no burst on top of a refill, unlike a plain
-token bucket). Expired grants are dropped at each write.
+token bucket). A connect whose upgrade is not sent within SEND_BY_MS of its grant (a slow
+write's reply, a busy loop) is abandoned before it is sent and takes another token. Expired
+grants are dropped at each write.
 
 Each write is conditional on the `version` the writer read, so two takers never both spend the
 same free tokens (a lost race re-reads the item from the failed condition's ALL_OLD and tries
@@ -49,7 +51,13 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 HOLD_MS: Final = 500  # a cached token unused this long after its grant is dropped
-SLACK_MS: Final = 1_000  # connect latency (the upgrade reaches the upstream after the take) and clocks
+# Connect latency (the upgrade reaches the upstream after the take) and clocks. 1 s was too
+# little on a loaded 2-core host: 100 connects granted at once reached the upstream over more
+# than a second, and it refused the tail (429, then a 418 ban).
+SLACK_MS: Final = 2_000
+# A connect's upgrade is sent this soon after its grant, or not at all (worker/upstream.py
+# TokenLapsed): a quarter of the slack is left for the network and the upstream's own reading.
+SEND_BY_MS: Final = HOLD_MS + SLACK_MS * 3 // 4
 STEPS: Final = 32  # the grant log's resolution: at most this many entries per window (item size)
 MAX_RACES: Final = 8  # lost conditions in one take before it reports "try again shortly"
 
@@ -72,6 +80,7 @@ class Take:
     why: str = ""
     write_units: float = 0.0  # consumed by this take (ReturnConsumedCapacity), for the cost figures
     read_units: float = 0.0
+    granted_at_ms: int = 0  # the taker's wall clock that the grant's expiry counts from
 
 
 @dataclass(slots=True)
@@ -186,7 +195,7 @@ class BudgetStore:
             self._seen[host] = _Seen(
                 seen.version + 1, grants, seen.backoff_until_ms, seen.backoff_reason, urgent_until
             )
-            return Take(tokens, 0, "", writes, reads)
+            return Take(tokens, 0, "", writes, reads, granted_at_ms=now)
         return Take(0, now_ms() + 50, "contended", writes, reads)
 
     async def back_off(self, host: str, until_ms: int, reason: str) -> None:

@@ -80,6 +80,9 @@ class ConnectRequest:
     max_frame_bytes: int = 1024 * 1024
     ping_interval_s: float | None = 20.0  # WebSocket pings (None: off)
     ping_timeout_s: float | None = 20.0
+    # Monotonic: the upgrade is not sent after it (a connect budget token counts in the
+    # upstream's window only so long; worker/upstream.py TokenLapsed). inf: no budget.
+    send_by: float = float("inf")
 
 
 # ---------------------------------------------------------------------------------- actions

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from leaseworker.clock import monotonic
-from leaseworker.lease.budget_store import HOLD_MS, BudgetStore, now_ms
+from leaseworker.lease.budget_store import HOLD_MS, SEND_BY_MS, BudgetStore, now_ms
 from leaseworker.lease.errors import StoreError
 from leaseworker.observability.logging import get_logger
 from leaseworker.observability.metrics import MetricName, WorkerMetrics
@@ -67,13 +67,13 @@ class Limit:
 class _Waiter:
     priority: int
     order: int
-    granted: asyncio.Future[None] = field(compare=False)
+    granted: asyncio.Future[float] = field(compare=False)  # the token's send-by time
 
 
 class _Host:
     def __init__(self, limit: Limit) -> None:
         self.limit = limit
-        self.cached: list[float] = []  # monotonic deadline of each cached token
+        self.cached: list[tuple[float, float]] = []  # each cached token's (use by, send by), monotonic
         self.waiters: list[_Waiter] = []
         self.pump: asyncio.Task[None] | None = None
         self.wake = asyncio.Event()
@@ -96,23 +96,24 @@ class ConnectBudgets:
         self.granted = 0
 
     async def acquire(self, limit: Limit, priority: int) -> float:
-        """Wait for one token for a connect to `limit.host`; returns the seconds waited. Cancel
-        it (a stop, a lost lease) to leave the queue: a token it was given is not lost to the
-        fleet's count, only unused."""
+        """Wait for one token for a connect to `limit.host`; returns the monotonic time by which
+        the connect's upgrade must be sent (its grant counts against the upstream's window only
+        so long: upstream.TokenLapsed). Cancel it (a stop, a lost lease) to leave the queue: a
+        token it was given is not lost to the fleet's count, only unused."""
         host = self._hosts.get(limit.host)
         if host is None:
             host = self._hosts[limit.host] = _Host(limit)
         host.limit = limit
         started = self._clock()
-        if not host.waiters and self._use_cached(host):
-            return 0.0
+        if not host.waiters and (send_by := self._use_cached(host)) is not None:
+            return send_by
         waiter = _Waiter(priority, next(self._order), asyncio.get_running_loop().create_future())
         heapq.heappush(host.waiters, waiter)
         if host.pump is None or host.pump.done():
             host.pump = asyncio.create_task(self._pump(host), name=f"budget {limit.host}")
         host.wake.set()
         try:
-            await waiter.granted
+            send_by = await waiter.granted
         except asyncio.CancelledError:
             if waiter in host.waiters:
                 host.waiters.remove(waiter)
@@ -122,15 +123,13 @@ class ConnectBudgets:
         self._metrics.count(MetricName.ConnectsDeferred)
         self._metrics.observe(MetricName.BudgetWaitSeconds, waited)
         logger.debug("connect waited for the host's budget", extra={"host": limit.host, "wait_s": waited})
-        return waited
+        return send_by
 
-    def _use_cached(self, host: _Host) -> bool:
+    def _use_cached(self, host: _Host) -> float | None:
+        """A cached token's send-by time, or None if none is left that may still be used."""
         now = self._clock()
-        host.cached = [deadline for deadline in host.cached if deadline > now]
-        if host.cached:
-            host.cached.pop()
-            return True
-        return False
+        host.cached = [token for token in host.cached if token[0] > now]
+        return host.cached.pop()[1] if host.cached else None
 
     async def refused(self, limit: Limit, status: int, retry_after_s: float | None) -> None:
         """The upstream refused a connect with 429 or 418: back the host off for the fleet."""
@@ -155,8 +154,8 @@ class ConnectBudgets:
         needed, until no one waits."""
         fresh = False
         while host.waiters:
-            while host.waiters and self._use_cached(host):
-                self._grant(host)
+            while host.waiters and (send_by := self._use_cached(host)) is not None:
+                self._grant(host, send_by)
             if not host.waiters:
                 return
             wait_ms = host.backed_off_until_ms - now_ms()
@@ -182,20 +181,25 @@ class ConnectBudgets:
             self.write_units += take.write_units
             self.read_units += take.read_units
             if take.tokens:
-                deadline = self._clock() + HOLD_MS / 1000 * 0.8  # used well within the hold
-                host.cached.extend([deadline] * take.tokens)
+                # Used within the hold of the reply (a slow write must not waste the tokens), and
+                # sent by SEND_BY_MS after the grant's own time: a connect later than that might
+                # reach the upstream in a window that no longer counts its grant.
+                now = self._clock()
+                granted = now - max(0, now_ms() - take.granted_at_ms) / 1000
+                token = (now + HOLD_MS / 1000 * 0.8, granted + SEND_BY_MS / 1000)
+                host.cached.extend([token] * take.tokens)
                 self.granted += take.tokens
                 fresh = False
                 continue
             await self._sleep(host, max(0.0, (take.retry_at_ms - now_ms()) / 1000) + 0.01)
             fresh = True
 
-    def _grant(self, host: _Host) -> None:
+    def _grant(self, host: _Host, send_by: float) -> None:
         waiter = heapq.heappop(host.waiters)
         if not waiter.granted.done():
-            waiter.granted.set_result(None)
+            waiter.granted.set_result(send_by)
         else:  # cancelled while queued: give the token back to the cache
-            host.cached.append(self._clock() + 0.5)
+            host.cached.append((min(self._clock() + HOLD_MS / 1000 * 0.8, send_by), send_by))
 
     async def _sleep(self, host: _Host, seconds: float) -> None:
         """Sleep, but wake early for a more urgent waiter (it may take while cold starts yield)."""

@@ -4,6 +4,7 @@ wait for its token (kept interruptible by a stop or a lost lease), and a refusal
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 from leaseworker.lease.budget_store import host_key
@@ -26,13 +27,16 @@ def limit_of(session: ConnectionSession, url: str) -> Limit | None:
     return Limit(budget.host or host_key(url), int(budget.count), float(budget.seconds))
 
 
-async def wait_for_token(session: ConnectionSession, limit: Limit | None, *, rotation: bool = False) -> bool:
-    """Wait for a token (the lease stays held meanwhile); False if the session is stopping, or
+async def wait_for_token(
+    session: ConnectionSession, limit: Limit | None, *, rotation: bool = False
+) -> float | None:
+    """Wait for a token (the lease stays held meanwhile); the monotonic time by which the
+    connect's upgrade must be sent (inf without a budget). None if the session is stopping, or
     for a rotation, if no token came within ROTATION_WAIT_S: the old socket still delivers and
     the socket loop must not stall behind the budget (the rotation is skipped, not forced)."""
     budgets = session.deps.budgets
     if limit is None or budgets is None:
-        return True
+        return math.inf
     priority = priority_of("rotation" if rotation else session.open_reason)
     taking = asyncio.ensure_future(budgets.acquire(limit, priority))
     stopped = asyncio.ensure_future(session.stop_requested.wait())
@@ -48,9 +52,9 @@ async def wait_for_token(session: ConnectionSession, limit: Limit | None, *, rot
             taking.cancel()
             await asyncio.wait({taking})
     if taking.cancelled():
-        return False
-    taking.result()  # a bug in the budget surfaces as the session's crash, contained there
-    return not session.stopping()
+        return None
+    send_by = taking.result()  # a bug in the budget surfaces as the session's crash, contained there
+    return None if session.stopping() else send_by
 
 
 async def obey_refusal(

@@ -13,6 +13,7 @@ import asyncio
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, NoReturn
 
 from websockets.asyncio.client import ClientConnection
@@ -55,6 +56,7 @@ from leaseworker.worker.session import (
 logger = get_logger(__name__)
 
 GAP_RECORD_BYTES = 256  # a gap marker's size in the batch accounting
+LAPSED_TOKENS_AT_MOST = 3  # budget tokens that lapse before the upgrade, then a reconnect's backoff
 # Which endings count toward failing the connection at one position: a frame that breaks the
 # protocol and an auth refusal will not go away by themselves; a close, a connection limit or an
 # upstream's error frame (`unavailable`, `try again`) may.
@@ -145,26 +147,44 @@ class SocketRun:
         request = adapter.connect_request()
         check_upstream_url(request.display_url, allow_insecure=s.settings.allow_insecure_ws)
         limit = connect_budget.limit_of(s, request.url)
-        if not await connect_budget.wait_for_token(s, limit):
-            raise Stop(s.ending())
-        with s.deps.tracing.span("session.connect", connection_id=s.lease.connection_id, epoch=s.lease.epoch):
-            try:
-                ws = await s.deps.open_socket(request, s.stop_requested)
-            except Exception as error:
-                if is_fatal(error):
-                    reason = self._scrub(f"{type(error).__name__}: {error}")  # the span records it too
-                    raise Stop(SessionResult(Outcome.FAILED, reason)) from None
-                status = upstream.refusal_status(error)
-                if status is not None:
-                    await connect_budget.obey_refusal(s, limit, status, upstream.refusal_retry_after(error))
-                    try:
-                        await self._perform(
-                            None, adapter, adapter.on_close(None, f"HTTP {status}", _wall_ms())
+        for _ in range(LAPSED_TOKENS_AT_MOST):
+            send_by = await connect_budget.wait_for_token(s, limit)
+            if send_by is None:
+                raise Stop(s.ending())
+            with s.deps.tracing.span(
+                "session.connect", connection_id=s.lease.connection_id, epoch=s.lease.epoch
+            ):
+                try:
+                    ws = await s.deps.open_socket(replace(request, send_by=send_by), s.stop_requested)
+                except upstream.TokenLapsed as lapsed:
+                    logger.info(
+                        "connect budget token lapsed before the upgrade; taking another",
+                        extra={"why": str(lapsed)},
+                    )
+                    continue
+                except Exception as error:
+                    if is_fatal(error):
+                        reason = self._scrub(f"{type(error).__name__}: {error}")  # the span records it too
+                        raise Stop(SessionResult(Outcome.FAILED, reason)) from None
+                    status = upstream.refusal_status(error)
+                    if status is not None:
+                        await connect_budget.obey_refusal(
+                            s, limit, status, upstream.refusal_retry_after(error)
                         )
-                    except _Ended as ended:
-                        self._on_refusal(ended, refs)
-                        return ended.reason, ended.counts
-                return f"connect failed: {type(error).__name__}: {error}", False
+                        try:
+                            await self._perform(
+                                None, adapter, adapter.on_close(None, f"HTTP {status}", _wall_ms())
+                            )
+                        except _Ended as ended:
+                            self._on_refusal(ended, refs)
+                            return ended.reason, ended.counts
+                    return f"connect failed: {type(error).__name__}: {error}", False
+            break
+        else:
+            return (
+                f"connect failed: {LAPSED_TOKENS_AT_MOST} budget tokens lapsed before the upgrade was sent",
+                False,
+            )
         if ws is None:
             raise Stop(s.ending())
         s.track_socket(ws.transport)
@@ -374,7 +394,7 @@ class SocketRun:
         the old socket carries on."""
         s = self.s
         limit = connect_budget.limit_of(s, self._display_url)
-        if limit is not None and not await connect_budget.wait_for_token(s, limit, rotation=True):
+        if limit is not None and await connect_budget.wait_for_token(s, limit, rotation=True) is None:
             return old, old_adapter
         successor = await open_successor(s, lambda values: self._adapter(values, self._resume("rotation")))
         if successor is None:

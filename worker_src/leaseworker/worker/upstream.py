@@ -23,16 +23,17 @@ flow control, then into the upstream: memory stays bounded.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
 from email.utils import parsedate_to_datetime
-from typing import Final
+from typing import Any, Final
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.frames import CloseCode
 from websockets.typing import Subprotocol
 
-from leaseworker.clock import wall_time
+from leaseworker.clock import monotonic, wall_time
 from leaseworker.protocol.adapter import ConnectRequest
 
 OPEN_TIMEOUT_SECONDS = 10.0  # TCP + TLS + HTTP upgrade; an upstream that never answers fails here
@@ -46,6 +47,23 @@ _PROTOCOL_CLOSES: Final[dict[int, str]] = {
     CloseCode.INVALID_DATA: "invalid UTF-8 in a text frame",
     CloseCode.PROTOCOL_ERROR: "malformed websocket frame",
 }
+
+
+class TokenLapsed(Exception):
+    """A connect's budget token lapsed before its upgrade could be sent (`ConnectRequest.send_by`):
+    sent later, it might land in an upstream window that no longer counts its grant. On a busy
+    loop a burst of connects reached the upstream over more than a second, and it refused them."""
+
+
+def _sending_by(deadline: float) -> type[ClientConnection]:
+    class SendingBy(ClientConnection):
+        async def handshake(self, *args: Any, **kwargs: Any) -> None:
+            late = monotonic() - deadline
+            if late > 0:
+                raise TokenLapsed(f"the upgrade was ready {late:.2f} s after its token's send-by time")
+            await super().handshake(*args, **kwargs)
+
+    return SendingBy
 
 
 # Opens the socket a ConnectRequest describes, or None if the Event was set first.
@@ -68,6 +86,7 @@ async def open_unless_stopped(request: ConnectRequest, stop: asyncio.Event) -> C
             ping_timeout=request.ping_timeout_s,
             max_size=request.max_frame_bytes,
             max_queue=MAX_QUEUE_FRAMES,
+            create_connection=_sending_by(request.send_by) if math.isfinite(request.send_by) else None,
         )
     )
     stopped = asyncio.ensure_future(stop.wait())
