@@ -5,7 +5,7 @@ worker reads the same first items of the index and they race for them. A reconci
 after one batch left its remaining share free for a whole period (P6's cold start stood idle for
 seconds at a time). Here a rival claims most of the first batch's candidates between our query
 and our claims; the worker must still fill its share in the same reconcile, long before its next
-one. Real worker, real rival writes, DynamoDB Local.
+one (60 s away). Real worker, real rival writes, DynamoDB Local.
 """
 
 from __future__ import annotations
@@ -74,4 +74,6 @@ async def test_a_reconcile_fills_its_share_when_peers_win_most_of_a_batch(
             stop.set()
             await asyncio.wait_for(task, 15)
     assert raced.rival_won == RIVAL_TAKES
-    assert raced.queries >= 2  # the share was filled by a second batch of the same reconcile
+    # Filled within the one reconcile: by the first batch itself since a claim lost to the
+    # rival hands its slot to the next candidate (acquirer._claim_some), else by a second batch.
+    assert raced.queries >= 1
