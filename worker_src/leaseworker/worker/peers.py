@@ -267,15 +267,15 @@ class PeerWatch:
                 "could not list a fenced peer's connections", extra={"peer": dead, "error": str(error)}
             )
             return
-        confirmed, now = kind == CONFIRMED, now_ms()
-        waiting = [c for c in held if c.started and not (confirmed or c.session_held)]
-        self._unexpired[dead] = sum(not c.lapsed(now, self._settings) for c in waiting)
         if not held:
             self._orphaned.pop(dead, None)
             self._unexpired.pop(dead, None)
             await self._reap(dead)
             return
         self._empty_since.pop(dead, None)  # it holds something: the reap's wait starts again
+        confirmed, now = kind == CONFIRMED, now_ms()
+        waiting = [c for c in held if c.started and not (confirmed or c.session_held)]
+        self._unexpired[dead] = sum(not c.lapsed(now, self._settings) for c in waiting)
         claimable = [c for c in held if c.started and (confirmed or c.session_held)]
         if self._orphaned.get(dead) != len(claimable):
             self._orphaned[dead] = len(claimable)
