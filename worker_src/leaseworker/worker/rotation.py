@@ -86,10 +86,29 @@ async def _handshake(ws: ClientConnection, adapter: SocketAdapter, pending: list
         actions = adapter.on_frame(raw, monotonic(), _wall_ms())
 
 
-async def close_socket(ws: ClientConnection) -> None:
-    """Close with 1001, bounded: a socket that does not finish its close handshake is aborted."""
+async def close_socket(ws: ClientConnection, *, unread: bool = True) -> None:
+    """Close with 1001, bounded: a socket that does not finish its close handshake is aborted.
+
+    `unread`: nothing reads the socket any more, so what the upstream sent before it saw our
+    close is read here and dropped. Left unread, it fills the receive queue (MAX_QUEUE_FRAMES),
+    reading pauses, and the upstream's close frame waits behind it until the close timeout: on a
+    busy feed every reconnect after a protocol error, a sink error or a rotation cost 2 s. A
+    caller whose reader still runs (a stop, which delivers what was received) passes False."""
+    closing = asyncio.ensure_future(ws.close(1001, "going away"))
     try:
         async with asyncio.timeout(upstream.CLOSE_TIMEOUT_SECONDS + 0.5):
-            await ws.close(1001, "going away")
+            if unread:
+                await _drop_until_closed(ws)
+            await closing
     except TimeoutError:
         ws.transport.abort()
+    finally:
+        closing.cancel()
+
+
+async def _drop_until_closed(ws: ClientConnection) -> None:
+    try:
+        while True:
+            await ws.recv(decode=False)
+    except ConnectionClosed:
+        pass
