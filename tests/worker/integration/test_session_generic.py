@@ -13,6 +13,7 @@ import io
 import itertools
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -199,6 +200,33 @@ async def test_rotation_subscribes_the_successor_before_closing_the_old_socket()
     assert all(r.kind == "data" for r in records)
 
 
+async def test_a_rotation_whose_budget_token_lapsed_sends_no_upgrade_and_keeps_the_old_socket(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rotation's successor is opened under its token's send-by time, like any connect: one
+    past it never reaches the upstream (worker/upstream.py TokenLapsed), and the old socket
+    carries on delivering (a rotation is tried once per socket; the upstream's own cut, if it
+    comes, is an ordinary reconnect)."""
+    tokens: list[bool] = []
+
+    async def lapsed_for_rotations(_: ConnectionSession, limit: Any, *, rotation: bool = False) -> float:
+        tokens.append(rotation)
+        return time.monotonic() - 0.01 if rotation else math.inf
+
+    monkeypatch.setattr(socket_run.connect_budget, "wait_for_token", lapsed_for_rotations)
+    async with ReplayServer(feed="jetstream", rate=RATE) as server:
+        config = expand("jetstream", {"url": server.url})
+        config["lifetime"] = {"max_age_s": 0.3}
+        run = Run(config)
+        await run.until(lambda: True in tokens, 10, "a rotation")
+        after = len(run.records)
+        await run.until(lambda: len(run.records) >= after + 20, 10, "records on the old socket")
+        await run.stop()
+        ledger = server.ledger
+    assert len(ledger.connections()) == 1, "a successor's upgrade was sent after its token lapsed"
+    contiguous_from_zero(run.records)
+
+
 async def test_a_stop_asked_for_while_the_successor_opens_closes_both_sockets_and_ends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -206,8 +234,8 @@ async def test_a_stop_asked_for_while_the_successor_opens_closes_both_sockets_an
     closed the old socket, so the successor must be closed too, or the session never ends."""
     runs: list[Run] = []
 
-    async def stop_as_it_opens(session: ConnectionSession, new_adapter: Any) -> Any:
-        successor = await open_successor(session, new_adapter)
+    async def stop_as_it_opens(session: ConnectionSession, new_adapter: Any, **kwargs: Any) -> Any:
+        successor = await open_successor(session, new_adapter, **kwargs)
         runs[0].session.request_release("stopped while the successor opened")
         await asyncio.sleep(0.05)  # the closer runs now, before the switch
         return successor

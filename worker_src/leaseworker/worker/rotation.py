@@ -12,7 +12,9 @@ actions.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
@@ -32,10 +34,14 @@ def _wall_ms() -> int:
 
 
 async def open_successor(
-    session: ConnectionSession, new_adapter: Callable[[dict[str, str]], SocketAdapter]
+    session: ConnectionSession,
+    new_adapter: Callable[[dict[str, str]], SocketAdapter],
+    *,
+    send_by: float = math.inf,
 ) -> tuple[ClientConnection, SocketAdapter, list[Action]] | None:
     """The successor socket, Ready, with the actions its frames produced so far; None if it
-    could not be opened or readied within the open timeout (the old socket then carries on)."""
+    could not be opened or readied within the open timeout (the old socket then carries on).
+    `send_by` is its budget token's (upstream.TokenLapsed): a lapsed token skips the rotation."""
     protocol = session.protocol
     assert protocol is not None
     refs = protocol.references()
@@ -43,7 +49,8 @@ async def open_successor(
     try:
         values = await session.deps.references.resolve(refs) if refs else {}
         adapter = new_adapter(values)
-        new = await session.deps.open_socket(adapter.connect_request(), session.stop_requested)
+        request = replace(adapter.connect_request(), send_by=send_by)
+        new = await session.deps.open_socket(request, session.stop_requested)
     except Exception as error:
         shown = redact(str(error), values.values())  # a URL in the error may hold a resolved value
         logger.warning("rotation: the successor did not open; keeping the old socket", extra={"error": shown})

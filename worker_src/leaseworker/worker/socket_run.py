@@ -394,9 +394,12 @@ class SocketRun:
         the old socket carries on."""
         s = self.s
         limit = connect_budget.limit_of(s, self._display_url)
-        if limit is not None and await connect_budget.wait_for_token(s, limit, rotation=True) is None:
+        send_by = await connect_budget.wait_for_token(s, limit, rotation=True)
+        if send_by is None:
             return old, old_adapter
-        successor = await open_successor(s, lambda values: self._adapter(values, self._resume("rotation")))
+        successor = await open_successor(
+            s, lambda values: self._adapter(values, self._resume("rotation")), send_by=send_by
+        )
         if successor is None:
             return old, old_adapter
         new, adapter, pending = successor
