@@ -28,8 +28,8 @@ from leaseworker.observability.tracing import configure_tracing
 from leaseworker.protocol.presets import expand
 from leaseworker.records import SinkRecord
 from leaseworker.settings import Settings
+from leaseworker.worker import connect_budget, socket_run
 from leaseworker.worker import failures as failures_module
-from leaseworker.worker import socket_run
 from leaseworker.worker.references import NoReferences, References
 from leaseworker.worker.rotation import open_successor
 from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, SessionResult
@@ -213,7 +213,7 @@ async def test_a_rotation_whose_budget_token_lapsed_sends_no_upgrade_and_keeps_t
         tokens.append(rotation)
         return time.monotonic() - 0.01 if rotation else math.inf
 
-    monkeypatch.setattr(socket_run.connect_budget, "wait_for_token", lapsed_for_rotations)
+    monkeypatch.setattr(connect_budget, "wait_for_token", lapsed_for_rotations)
     async with ReplayServer(feed="jetstream", rate=RATE) as server:
         config = expand("jetstream", {"url": server.url})
         config["lifetime"] = {"max_age_s": 0.3}
