@@ -165,16 +165,16 @@ def read_listing(
         v.worker_id: v.session for v in verdicts if v.state is PeerState.FENCED and v.session is not None
     }
     others = [
-        v
+        (v, v.session)
         for v in verdicts
         if v.state is PeerState.LIVE and v.worker_id not in (me, *fenced) and v.session is not None
     ]
     peers = tuple(
-        PeerLoad(v.worker_id, v.session.load, v.session.capacity)
-        for v in others
-        if v.session is not None and v.still_for < silent_after
+        PeerLoad(v.worker_id, session.load, session.capacity)
+        for v, session in others
+        if v.still_for < silent_after
     )
-    silent_load = sum(v.session.load for v in others if v.session is not None and v.still_for >= silent_after)
+    silent_load = sum(session.load for v, session in others if v.still_for >= silent_after)
     live = [worker for worker in live_worker_ids(verdicts) if worker not in fenced]
     return Listing(fenced, peers, live, silent_load)
 
