@@ -29,6 +29,7 @@ from leaseworker.lease.admin import (
     ReleaseTimeout,
     UnknownConnection,
 )
+from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.dynamodb import now_ms
 from leaseworker.lease.results import Acquired, Lost
@@ -244,6 +245,36 @@ async def test_a_session_held_lease_needs_the_sessions_fence(ddb: DynamoDBClient
     await set_attributes(ddb, table, "worker#w9", fenced_by="supervisor:w9", fence_kind="confirmed")
     await admin.remove("c1")
     assert "removed_at_ms" in await raw(ddb, table, "c1")
+
+
+async def test_removing_a_fenced_sessions_connection_keeps_its_batched_checkpoint(
+    ddb: DynamoDBClient, table: str
+) -> None:
+    """The holder's checkpoint entry (§2b) was newer than the item's `last_seq`; once the owner
+    is gone nobody reads that entry for this connection, so the tombstone carries it (found by
+    the simulation: the recorded checkpoint moved back from 36 to 15, seed 119 mixed)."""
+    admin = LeaseTableAdmin(ddb, table)
+    await admin.add("c1", URL)
+    await admin.stop("c1")
+    await set_attributes(
+        ddb, table, "c1", lease_owner="w9", lease_epoch=2, lease_expires_at_ms=SESSION_HELD, last_seq=15
+    )
+    await CheckpointStore(ddb, table).write("w9", {"c1": (2, 36)}, cursors={"c1": '{"time_us": 36}'})
+    await ddb.put_item(
+        TableName=table,
+        Item={
+            "connection_id": {"S": "worker#w9"},
+            "desired_state": {"S": "WORKER"},
+            "hb": {"N": "7"},
+            "fenced_by": {"S": "w1"},
+        },
+    )
+    assert (await admin.show("c1"))["checkpoint"] == 36
+    await admin.remove("c1")
+    item = await raw(ddb, table, "c1")
+    assert "removed_at_ms" in item and "lease_owner" not in item
+    assert item["last_seq"] == {"N": "36"}
+    assert item["cursor"] == {"S": '{"time_us": 36}'}
 
 
 # ---------------------------------------------------------------------------- --force, no worker

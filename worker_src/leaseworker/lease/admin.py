@@ -31,7 +31,6 @@ from leaseworker.lease.model import (
 )
 from leaseworker.lease.removal import (
     COND_SESSION_FENCED,
-    UPDATE_TOMBSTONE,
     ExpiryWatch,
     NotRemovable,
     ReleaseTimeout,
@@ -229,15 +228,24 @@ class LeaseTableAdmin:
                     self._client.update_item(
                         TableName=self._table,
                         Key=key,
-                        UpdateExpression=UPDATE_TOMBSTONE,
+                        UpdateExpression=tombstone.update,
                         ConditionExpression=tombstone.condition,
                         ExpressionAttributeValues=tombstone.values,
+                        **tombstone.names(),
                     ),
                     on_condition_failed=_ConditionLost(),
                 )
             else:
                 # The session's fence and the tombstone in one transaction: no window between them.
                 session = {"connection_id": {"S": f"{WORKER_KEY_PREFIX}{tombstone.fenced_session}"}}
+                update: Any = {
+                    "TableName": self._table,
+                    "Key": key,
+                    "UpdateExpression": tombstone.update,
+                    "ConditionExpression": tombstone.condition,
+                    "ExpressionAttributeValues": tombstone.values,
+                    **tombstone.names(),
+                }
                 await self._run(
                     self._client.transact_write_items(
                         TransactItems=[
@@ -248,15 +256,7 @@ class LeaseTableAdmin:
                                     "ConditionExpression": COND_SESSION_FENCED,
                                 }
                             },
-                            {
-                                "Update": {
-                                    "TableName": self._table,
-                                    "Key": key,
-                                    "UpdateExpression": UPDATE_TOMBSTONE,
-                                    "ConditionExpression": tombstone.condition,
-                                    "ExpressionAttributeValues": tombstone.values,
-                                }
-                            },
+                            {"Update": update},
                         ]
                     ),
                     on_condition_failed=_ConditionLost(),

@@ -82,6 +82,12 @@ UPDATE_TOMBSTONE = (
     "SET removed_at_ms = :now, updated_at_ms = :now "
     "REMOVE lease_owner, lease_expires_at_ms, last_error, failures"
 )
+# ... keeping a held connection's effective checkpoint: once the owner is gone its checkpoint
+# item is no longer read for this connection, so the holder's newer entry goes into `last_seq`.
+UPDATE_TOMBSTONE_WITH_SEQ = UPDATE_TOMBSTONE.replace(" REMOVE ", ", last_seq = :checkpoint REMOVE ")
+UPDATE_TOMBSTONE_WITH_SEQ_AND_CURSOR = UPDATE_TOMBSTONE_WITH_SEQ.replace(
+    " REMOVE ", ", #cursor = :cursor REMOVE "
+)
 
 WAIT_POLL_SECONDS = 0.25
 PROGRESS_EVERY_SECONDS = 5.0
@@ -180,19 +186,37 @@ class Tombstone:
     condition: str
     values: dict[str, Any]
     fenced_session: str | None = None
+    update: str = UPDATE_TOMBSTONE
+
+    def names(self) -> dict[str, Any]:
+        """The write's ExpressionAttributeNames, if it sets the cursor (a reserved word)."""
+        return {"ExpressionAttributeNames": {"#cursor": "cursor"}} if "#cursor" in self.update else {}
 
 
 def tombstone_for(item: dict[str, Any], state: Removable, now_ms: int) -> Tombstone:
-    """The write that turns `item` into a tombstone only while it is still in `state`."""
+    """The write that turns `item` (as `show` gives it: with its effective `checkpoint`) into a
+    tombstone only while it is still in `state`. A held one keeps its holder's batched
+    checkpoint (§2b): a fenced session's entry was newer than the item's `last_seq`, and the
+    tombstone without an owner showed the checkpoint moved back (found by the simulation:
+    36 -> 15, seed 119 mixed, a remove racing the peers' own free of the stopped connection)."""
     values: dict[str, Any] = {":stopped": {"S": STOPPED}, ":now": {"N": str(now_ms)}}
     if state is Removable.FREE:
         return Tombstone(COND_REMOVABLE_FREE, values)
     values[":owner"] = {"S": str(item["lease_owner"])}
     values[":epoch"] = {"N": str(item.get("lease_epoch", 0))}
+    update = UPDATE_TOMBSTONE
+    checkpoint, last_seq = item.get("checkpoint"), item.get("last_seq")
+    if isinstance(checkpoint, int) and isinstance(last_seq, int) and checkpoint > last_seq:
+        values[":checkpoint"] = {"N": str(checkpoint)}
+        update = UPDATE_TOMBSTONE_WITH_SEQ
+        cursor = item.get("checkpoint_cursor")
+        if isinstance(cursor, str):  # the entry's cursor goes with its seq
+            values[":cursor"] = {"S": cursor}
+            update = UPDATE_TOMBSTONE_WITH_SEQ_AND_CURSOR
     if state is Removable.EXPIRED:
         values[":expires"] = {"N": str(item.get("lease_expires_at_ms", 0))}
-        return Tombstone(COND_REMOVABLE_EXPIRED, values)
-    return Tombstone(COND_REMOVABLE_HELD_BY, values, fenced_session=str(item["lease_owner"]))
+        return Tombstone(COND_REMOVABLE_EXPIRED, values, update=update)
+    return Tombstone(COND_REMOVABLE_HELD_BY, values, fenced_session=str(item["lease_owner"]), update=update)
 
 
 class RemovableTable(Protocol):
