@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from leaseworker.clock import monotonic
 from leaseworker.lease.balance import FleetView
 from leaseworker.lease.errors import AcquireUncertain, StoreError
+from leaseworker.lease.liveness import SessionValidity
 from leaseworker.lease.ownership import Ownership
 from leaseworker.lease.rebalance import newest_settled, over_share_room, plan_share, room
 from leaseworker.lease.rendezvous import weight
@@ -69,8 +70,10 @@ class Acquirer:
         start: Callable[[Acquired, int | None], None],
         fleet_view: Callable[[bool], Awaitable[FleetView]],
         give_back: Callable[[Acquired], Awaitable[None]],
+        validity: SessionValidity | None = None,
     ) -> None:
         self._ownership = ownership
+        self._validity = validity
         self._registry = registry
         self._settings = settings
         self._metrics = metrics
@@ -249,7 +252,13 @@ class Acquirer:
 
     def capacity(self, *, over_share: bool = False) -> int:
         """How many more we may claim: up to our fair share, or (`over_share`) up to our
-        MAX_CONNECTIONS."""
+        MAX_CONNECTIONS; none while our own session is past its deadline. Peers may be fencing
+        us then, and a claim that lands meanwhile names a worker about to stop: the connection
+        waits for its give-back or its expiry (the fault suite's ddb_stall: a worker cut off
+        from DynamoDB re-claimed a connection it had just self-fenced, the claim landed as the
+        stall ended, and the connection waited 11 s for an owner, against L1's 5.9 s)."""
+        if self._validity is not None and not self._validity.is_valid(monotonic()):
+            return 0
         return room(
             max_connections=self._settings.max_connections,
             target=self.target,

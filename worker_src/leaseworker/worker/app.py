@@ -119,6 +119,7 @@ class Worker:
             start=self._start_session,
             give_back=self._settler.give_back,
             fleet_view=self._fleet_view,
+            validity=coordination.validity,
         )
         self._keeper = LeaseKeeper(*parts)
         self._checkpointer = Checkpointer(*parts)

@@ -102,7 +102,13 @@ class Settler:
                 await asyncio.sleep(delay)
 
     async def give_back(self, acquired: Acquired) -> None:
-        """A claim that landed after shutdown began: release it at once, with a hint."""
+        """A claim that landed after shutdown began: release it at once, with a hint. Logged: the
+        connection had an owner that never served it, until this release."""
+        lease = acquired.lease
+        logger.warning(
+            "a claim landed after shutdown began; handing it back",
+            extra={"connection_id": lease.connection_id, "epoch": lease.epoch},
+        )
         with contextlib.suppress(StoreError):
             await self._ownership.release(acquired.lease, None)
             await self._notifier.connection_changed(acquired.lease.connection_id, handoff=True)
