@@ -423,4 +423,4 @@ class SocketRun:
         s = self.s
         await s.stop_requested.wait()
         if s.lease.state is not LeaseState.LOST:
-            await close_socket(self._ws, unread=False)  # the stream reads on, and delivers
+            await close_socket(self._ws)
