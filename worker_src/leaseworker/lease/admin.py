@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
 
+from leaseworker.lease.connection_store import cursor_names
 from leaseworker.lease.connection_writes import (
     ItemUpdate,
     add_update,
@@ -231,7 +232,7 @@ class LeaseTableAdmin:
                         UpdateExpression=tombstone.update,
                         ConditionExpression=tombstone.condition,
                         ExpressionAttributeValues=tombstone.values,
-                        **tombstone.names(),
+                        **cursor_names(tombstone.update),
                     ),
                     on_condition_failed=_ConditionLost(),
                 )
@@ -244,7 +245,7 @@ class LeaseTableAdmin:
                     "UpdateExpression": tombstone.update,
                     "ConditionExpression": tombstone.condition,
                     "ExpressionAttributeValues": tombstone.values,
-                    **tombstone.names(),
+                    **cursor_names(tombstone.update),
                 }
                 await self._run(
                     self._client.transact_write_items(

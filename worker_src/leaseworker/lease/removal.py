@@ -188,10 +188,6 @@ class Tombstone:
     fenced_session: str | None = None
     update: str = UPDATE_TOMBSTONE
 
-    def names(self) -> dict[str, Any]:
-        """The write's ExpressionAttributeNames, if it sets the cursor (a reserved word)."""
-        return {"ExpressionAttributeNames": {"#cursor": "cursor"}} if "#cursor" in self.update else {}
-
 
 def tombstone_for(item: dict[str, Any], state: Removable, now_ms: int) -> Tombstone:
     """The write that turns `item` (as `show` gives it: with its effective `checkpoint`) into a
