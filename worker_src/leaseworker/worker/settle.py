@@ -110,8 +110,8 @@ class Settler:
             extra={"connection_id": lease.connection_id, "epoch": lease.epoch},
         )
         with contextlib.suppress(StoreError):
-            await self._ownership.release(acquired.lease, None)
-            await self._notifier.connection_changed(acquired.lease.connection_id, handoff=True)
+            await self._ownership.release(lease, None)
+            await self._notifier.connection_changed(lease.connection_id, handoff=True)
 
     async def _release(self, session: ConnectionSession, reason: str) -> bool:
         lease = session.lease
