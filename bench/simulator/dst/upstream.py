@@ -86,7 +86,7 @@ class FakeSocket:
             self._wake.set()
             await asyncio.sleep((head + 1) * self.feed.period - loop.time())
 
-    async def recv(self, decode: bool | None = None) -> str:
+    async def recv(self) -> str:
         while True:
             if not self._inbox.empty() and (self._closed is None or self._closed.rcvd is not None):
                 return self._inbox.get_nowait()

@@ -138,7 +138,7 @@ class ClosedOnSend:
     async def send(self, message: str) -> None:
         raise ConnectionClosedError(Close(1013, "try again later"), None)
 
-    async def recv(self, decode: bool | None = None) -> str:
+    async def recv(self) -> str:
         raise ConnectionClosedError(Close(1013, "try again later"), None)
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
