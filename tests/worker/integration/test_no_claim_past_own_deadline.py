@@ -57,11 +57,7 @@ async def test_a_worker_past_its_session_deadline_claims_nothing(
         settings,
         worker_id="cut-off",
         lease_mode=mode,  # type: ignore[arg-type]
-        lease_seconds=3.0,
-        heartbeat_seconds=1.0,
-        reconcile_seconds=0.5,
-        checkpoint_seconds=1.0,
-        max_clock_skew_ms=200,
+        reconcile_seconds=0.5,  # the fixture's lease 3 s, heartbeat 1 s otherwise
         sink="null",
     )
     async with FeedServer() as feed, AsyncExitStack() as stack:
