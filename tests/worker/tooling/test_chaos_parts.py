@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -114,8 +115,10 @@ def test_unsafe_switches_move_both_deadlines_and_the_checkpoint_condition(
 DEV_PACKAGE = Path(unsafe.__file__).parents[1]  # dev_src/leaseworker_dev
 PRODUCT = Path(leaseworker.__file__).parent  # worker_src/leaseworker: what the image ships
 # The product's one reference to the development package: `leaseworker local` is registered from
-# it when it is installed (cli/main.register_local), and said to be missing otherwise.
-PRODUCT_TO_DEV = {"cli/main.py": {"leaseworker_dev.cli"}}
+# it when it is installed (cli/main.register_local, an import by name), and said to be missing
+# otherwise.
+PRODUCT_TO_DEV = {"cli/main.py": {"leaseworker_dev", "leaseworker_dev.cli"}}
+MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 def _imports(path: Path) -> set[str]:
@@ -127,6 +130,18 @@ def _imports(path: Path) -> set[str]:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return names
+
+
+def _imports_and_module_names(path: Path) -> set[str]:
+    """Imports, and string constants that are module names (`importlib.import_module`'s kind)."""
+    constants = {
+        node.value
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and MODULE_NAME.fullmatch(node.value)
+    }
+    return _imports(path) | constants
 
 
 def _dev_or_unsafe(name: str) -> bool:
@@ -142,7 +157,9 @@ def test_the_product_never_reaches_the_development_package_or_the_unsafe_switche
         for path in PRODUCT.rglob("*.py")
         if (
             found := {
-                n for n in _imports(path) if n.split(".")[0] == "leaseworker_dev" or n.endswith("unsafe")
+                n
+                for n in _imports_and_module_names(path)
+                if n.split(".")[0] == "leaseworker_dev" or n.endswith("unsafe")
             }
         )
     }
@@ -373,22 +390,32 @@ def test_a_workers_memory_is_its_supervisor_and_its_child() -> None:
 
 def test_moves_onto_a_joining_worker_are_its_rebalance_not_churn() -> None:
     """A worker started mid-run (a replacement after a fault, a scale-out) is a fleet change:
-    the moves within JOIN_SETTLE_S of its start are attributed to it; later ones are churn."""
-    join = 1_000_000
+    the moves within JOIN_SETTLE_S of its session's first appearance in the table are
+    attributed to it, however long its start-up took; later ones are churn."""
+    spawned = 1_000_000
+    joined = spawned + 15_000  # a start-up on busy cores
 
     def subscribe(t_ms: int, epoch: int) -> dict[str, object]:
         return {"event": "subscribe", "connection_id": "c", "epoch": epoch, "t_ms": t_ms}
 
+    def reading(t_ms: int, *sessions: str) -> TableReading:
+        return TableReading(t_ms, {}, {}, sessions={name: (1, False) for name in sessions})
+
+    settle_ms = int(JOIN_SETTLE_S * 1000)
     events = [
-        subscribe(join - 60_000, 1),
-        subscribe(join + int(JOIN_SETTLE_S * 1000) - 1, 2),  # its rebalance, just inside
-        subscribe(join + int(JOIN_SETTLE_S * 1000) + 1, 3),  # after it: churn
+        subscribe(spawned - 60_000, 1),
+        subscribe(joined + settle_ms - 1, 2),  # its rebalance, just inside
+        subscribe(joined + settle_ms + 1, 3),  # after it: churn
     ]
-    evidence = Evidence(1, "session", [], [], events, [], {}, join_windows([join]), set(), {}, 5.0, 1.5, 3.0)
+    readings = [reading(spawned - 250, "w1"), reading(joined - 250, "w1"), reading(joined, "w1", "w2")]
+    windows = join_windows([("w2", spawned)], readings)
+    assert windows == [("join", spawned, joined + settle_ms)]
+    evidence = Evidence(1, "session", [], [], events, [], {}, windows, set(), {}, 5.0, 1.5, 3.0)
     churn = next(row for row in judge(evidence).rows if row.name == "no churn without fault")
     assert not churn.ok
-    late = join + int(JOIN_SETTLE_S * 1000) + 1
-    assert churn.detail == [f"c moved at {late} ms outside every fault window"]
+    assert churn.detail == [f"c moved at {joined + settle_ms + 1} ms outside every fault window"]
+    # A joiner that never wrote its session caused nothing after its own settling time.
+    assert join_windows([("w3", spawned)], readings) == [("join", spawned, spawned + settle_ms)]
 
 
 def test_exit_3_is_owed_by_a_fenced_victim_and_an_unfenced_one_may_run_on() -> None:
