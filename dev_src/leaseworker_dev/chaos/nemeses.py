@@ -24,6 +24,7 @@ FAKETIME_LIBS: Final = (
     Path("/usr/local/lib/faketime/libfaketime.so.1"),
 )
 SUCCESSOR_UP_S: Final = 10.0  # a rolling restart's successor is stopped for at most this long
+PROXIED_READY_S: Final = 20.0  # ddb_lost_reply waits at most this long for the proxied worker to hold a lease
 EXIT_OK: Final = 0
 EXIT_FENCED: Final = 3  # leaseworker.worker.fenced.EXIT_FENCED, kept literal: no worker import here
 
@@ -63,6 +64,9 @@ class Chaos(Protocol):
 class Base:
     def __init__(self, spec: Nemesis) -> None:
         self.spec = spec
+
+    def ready(self, chaos: Chaos) -> None:
+        """Wait, before the fault and its duration begin, for what the fault needs (nothing)."""
 
     def start(self, chaos: Chaos) -> None:
         raise NotImplementedError
@@ -248,6 +252,16 @@ class DynamoLostReply(Base):
     them, claim the dead worker's connections at once. A claim whose reply is lost must be read
     back and served (or released), never stranded: the verdict's stranding row judges it, not an
     L1 bound (a lost reply may cost a client deadline on top of the takeover)."""
+
+    def ready(self, chaos: Chaos) -> None:
+        """The proxied worker must be serving before the window opens: one started a few seconds
+        earlier may still be booting on busy cores (14-17 s seen), and then the survivors alone
+        claim, no reply is lost, and a negative control has nothing to find (CI, 2026-12-07)."""
+        proxied = chaos.proxied()
+        if proxied is None:
+            return
+        if not poll_until(lambda: bool(chaos.held_by(proxied)), PROXIED_READY_S):
+            chaos.say(f"ddb_lost_reply: {proxied} held nothing after {PROXIED_READY_S:g} s; starting anyway")
 
     def start(self, chaos: Chaos) -> None:
         params = self.spec.params

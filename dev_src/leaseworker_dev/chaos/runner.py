@@ -27,7 +27,7 @@ from leaseworker.worker.takeover_bound import takeover_bound_s
 from leaseworker_dev.chaos import unsafe_worker
 from leaseworker_dev.chaos.arbiter import start_arbiter
 from leaseworker_dev.chaos.nemeses import Measure, build
-from leaseworker_dev.chaos.observe import MemorySampler, TableSampler, slope_kib_per_min
+from leaseworker_dev.chaos.observe import MemorySampler, TableReading, TableSampler, slope_kib_per_min
 from leaseworker_dev.chaos.schedule import Schedule
 from leaseworker_dev.chaos.table_history import checkpoint_regressions, enable, fenced_by_peers, read_all
 from leaseworker_dev.chaos.throttle_proxy import FaultProxyThread
@@ -51,15 +51,17 @@ L2_BOUND_S: Final = 1.5  # "about one second" (docs/design.md §2c)
 RESTORE_AFTER_S: Final = 1.0  # after a nemesis stops, before replacing lost workers
 SETTLE_S: Final = 8.0  # after a fault window, moves are still attributed to it (rebalancing)
 # A worker that joins (a replacement after a fault, a scale-out, a rolling restart's successor)
-# is a fleet change: the moves that rebalance onto it are its effect, not churn. They end within
-# its boot (up to 4 s on 2 busy cores), one heartbeat to be listed, and the shedders' halving
-# rounds, each one reconcile (x1.2 jitter) and one more for two views to agree: log2(12) + 2 = 6
-# rounds for the soak's largest excess (24 connections, 2 -> 3 workers), plus 2 for a claimer that
-# took one above its share and sheds it again. At the fast timings (H = R = 1 s):
-# 4 + 1 + 8 x 1.2 = 14.6 s; the window adds a fifth for a loaded machine. Seen: moves up to 11.9 s
-# after the joiner's first log line in the 30-minute soak of 2026-12-04, whose windows then
-# (fault end + SETTLE_S) closed before the rebalance and counted it as churn.
-JOIN_SETTLE_S: Final = 18.0
+# is a fleet change: the moves that rebalance onto it are its effect, not churn. They begin once
+# its session is in the table, and end within one heartbeat (to be listed) and the shedders'
+# halving rounds, each one reconcile (x1.2 jitter) and one more for two views to agree: log2(12)
+# + 2 = 6 rounds for the soak's largest excess (24 connections, 2 -> 3 workers), plus 2 for a
+# claimer that took one above its share and sheds it again. At the fast timings (H = R = 1 s):
+# 1 + 8 x 1.2 = 10.6 s; the window adds a third for a loaded machine. Seen: moves up to 11.9 s
+# after the joiner's first log line in the 30-minute soak of 2026-12-04. The window is counted
+# from the session's first appearance, not from the spawn: a start-up on busy cores took 14-17 s
+# (2026-12-07, three workers spawned together in the session run), and a window counted from
+# the spawn closed before the joiners had even written their sessions.
+JOIN_SETTLE_S: Final = 14.0
 # A worker with an expected exit (a woken SIGSTOP learns of its fence at its next heartbeat; a
 # SIGTERM shuts down within its grace) may still be on its way out when the schedule ends: a
 # start-up that ran long on the shared cores stretches a rolling restart past the last recovery.
@@ -98,7 +100,7 @@ class ChaosRun:
     _proxied: str | None = None
     _counter: int = 0
     started: float = field(default_factory=time.monotonic)
-    joins_ms: list[int] = field(default_factory=list)  # wall ms of each worker started mid-run
+    joins_ms: list[tuple[str, int]] = field(default_factory=list)  # (worker, wall ms) started mid-run
 
     # ------------------------------------------------------------------ the Chaos protocol
 
@@ -162,7 +164,7 @@ class ChaosRun:
             env.update({DISABLE_VAR: self.config.unsafe, CONFIRM_VAR: CONFIRM_VALUE})
             entry = (unsafe_worker.MODULE,)
         self.fleet.start_worker(name, extra_env=env, entry=entry)
-        self.joins_ms.append(_now_ms())
+        self.joins_ms.append((name, _now_ms()))
         self.say(f"started {name}{' (behind the DynamoDB proxy)' if proxied else ''}")
         return name
 
@@ -192,9 +194,14 @@ class ChaosRun:
             self.start_worker(proxied=True)
 
 
-def join_windows(joins_ms: list[int]) -> list[tuple[str, int, int]]:
-    """The moves a joining worker causes, attributed to it (JOIN_SETTLE_S)."""
-    return [("join", t, t + int(JOIN_SETTLE_S * 1000)) for t in joins_ms]
+def join_windows(joins_ms: list[tuple[str, int]], readings: list[TableReading]) -> list[tuple[str, int, int]]:
+    """The moves a joining worker causes, attributed to it: from its spawn until JOIN_SETTLE_S
+    after the first reading that holds its session (the spawn, if no reading ever did)."""
+    windows = []
+    for name, spawned in joins_ms:
+        seen = next((r.t_ms for r in readings if r.t_ms >= spawned and name in r.sessions), spawned)
+        windows.append(("join", spawned, seen + int(JOIN_SETTLE_S * 1000)))
+    return windows
 
 
 def run(config: RunConfig) -> Verdict:
@@ -259,6 +266,7 @@ def _execute(chaos: ChaosRun) -> Verdict:
         for spec in schedule.nemeses:
             _sleep_until(t0 + spec.at)
             nemesis = build(spec)
+            nemesis.ready(chaos)
             chaos.say(f"{spec.kind} start {json.dumps(spec.params)} (duration {spec.duration:g} s)")
             begin, started = _now_ms(), time.monotonic()
             nemesis.start(chaos)
@@ -295,7 +303,7 @@ def _execute(chaos: ChaosRun) -> Verdict:
         events=read_events(fleet.feed_log),
         measures=chaos.measures,
         exits=exits,
-        windows=windows + join_windows(chaos.joins_ms),
+        windows=windows + join_windows(chaos.joins_ms, table.readings),
         bad_connections=set(chaos.bad),
         nemeses=counts,
         l1_bound_s=takeover_bound_s(mode, config.timings, CONNECT_ALLOWANCE_S),
