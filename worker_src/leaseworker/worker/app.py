@@ -51,6 +51,10 @@ from leaseworker.worker.waits import wait_any
 
 logger = get_logger(__name__)
 
+# How long the exit waits for sockets still closing in the background (upstream.BackgroundCloses),
+# within the shutdown's margin for client teardown (SHUTDOWN_MARGIN_SECONDS, 2 s).
+CLOSES_AT_EXIT_SECONDS = 1.0
+
 
 @dataclass(frozen=True, slots=True)
 class Coordination:
@@ -221,6 +225,8 @@ class Worker:
                     tasks.append(self._hints_task)
                 await wait_any(None, stop, self._fenced_event)
                 await self._shutdown.run(self._hints_task)
+                # Sockets closing in the background: the upstreams see our 1001, or an abort.
+                await self._deps.closes.finish(CLOSES_AT_EXIT_SECONDS)
                 # Nothing is held any more: the loops have nothing left to do, so they need not finish.
                 for task in tasks:
                     task.cancel()

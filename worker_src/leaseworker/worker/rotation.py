@@ -25,6 +25,7 @@ from leaseworker.protocol.adapter import Action, Fail, Ready, Reconnect, Release
 from leaseworker.secret_references import redact
 from leaseworker.worker import upstream
 from leaseworker.worker.session import ConnectionSession
+from leaseworker.worker.upstream import close_socket
 
 logger = get_logger(__name__)
 
@@ -91,18 +92,3 @@ async def _handshake(ws: ClientConnection, adapter: SocketAdapter, pending: list
             actions = adapter.on_timer(monotonic(), _wall_ms())
             continue
         actions = adapter.on_frame(raw, monotonic(), _wall_ms())
-
-
-async def close_socket(ws: ClientConnection) -> None:
-    """Close with 1001, bounded: a socket that does not finish its close handshake is aborted.
-
-    What the upstream sends after our close is not read here. A session that stopped reading
-    leaves its receive queue full, so the upstream's close frame waits behind those frames and
-    the close ends at the timeout (2 s). Reading them instead (tried on 2026-12-07) cost the
-    fault suite more than the 2 s: on its loaded host every such close then read a replay's
-    whole burst, sink timeouts went from 5 to 87 in a run, and handoffs took 3-8 s (L2 1.5 s)."""
-    try:
-        async with asyncio.timeout(upstream.CLOSE_TIMEOUT_SECONDS + 0.5):
-            await ws.close(1001, "going away")
-    except TimeoutError:
-        ws.transport.abort()

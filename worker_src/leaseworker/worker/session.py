@@ -51,7 +51,7 @@ from leaseworker.worker.budget import ConnectBudgets
 from leaseworker.worker.failures import FailureRecorder, RecordFailure
 from leaseworker.worker.fence import RECHECK_SECONDS, LeaseFence
 from leaseworker.worker.references import NoReferences, References
-from leaseworker.worker.upstream import SocketOpener, open_unless_stopped
+from leaseworker.worker.upstream import BackgroundCloses, SocketOpener, open_unless_stopped
 
 logger = get_logger(__name__)
 
@@ -83,6 +83,7 @@ class SessionDeps:
     # How a socket is opened: websockets in production; in-memory sockets in the simulation
     # (bench/simulator/dst), which runs the real sessions in virtual time.
     open_socket: SocketOpener = open_unless_stopped
+    closes: BackgroundCloses = field(default_factory=BackgroundCloses)  # the worker's exit awaits them
 
 
 class _SinkFailed(Exception):

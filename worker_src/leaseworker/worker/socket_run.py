@@ -43,7 +43,7 @@ from leaseworker.worker import connect_budget, upstream
 from leaseworker.worker.backoff import ReconnectPacing, check_upstream_url, is_fatal
 from leaseworker.worker.batch import BATCH_LINGER_SECONDS, frame_size
 from leaseworker.worker.receive_deadline import DEADLINE, ReceiveDeadline
-from leaseworker.worker.rotation import close_socket, open_successor
+from leaseworker.worker.rotation import open_successor
 from leaseworker.worker.session import (
     ConnectionSession,
     CursorTooLarge,
@@ -52,6 +52,7 @@ from leaseworker.worker.session import (
     SinkFailed,
     Stop,
 )
+from leaseworker.worker.upstream import close_socket
 
 logger = get_logger(__name__)
 
@@ -216,7 +217,7 @@ class SocketRun:
             s.untrack_socket(current.transport)
             pacing.disconnected()
             s.clear_batch()  # undelivered records are fetched again after delivered_seq
-            await close_socket(current)
+            s.deps.closes.close(current)  # nothing more is read from it: its handshake is not waited for
         raise AssertionError("unreachable")  # _stream only ends by raising
 
     def _on_refusal(self, ended: _Ended, refs: frozenset[str]) -> None:
