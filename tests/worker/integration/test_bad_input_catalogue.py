@@ -278,9 +278,9 @@ async def outcome(dynamodb_endpoint: str, tmp_path_factory: pytest.TempPathFacto
                 sink = CatalogueSink(FileSink(sink_dir, WORKER_ID))
                 async with running(settings, sink=sink) as run:
                     await asyncio.sleep(RUN_SECONDS)
-                    # The sink-crash case needs five crashes, each closing a socket it no longer
-                    # reads: on a loaded host each close can run to its 2 s timeout
-                    # (worker/rotation.py), and CI saw the fifth crash miss RUN_SECONDS.
+                    # The sink-crash case needs five crashes with their reconnect pacing, and CI
+                    # saw the fifth miss RUN_SECONDS (each crash then also waited for its socket's
+                    # close; those now close in the background, worker/upstream.py).
                     for _ in range(int(SINK_CRASH_GRACE_SECONDS / 0.5)):
                         if (await admin.show(SINK_CRASH)).get("desired_state") == "STOPPED":
                             break

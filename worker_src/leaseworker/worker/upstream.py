@@ -140,9 +140,10 @@ async def close_socket(ws: ClientConnection) -> None:
 
     What the upstream sends after our close is not read here. A session that stopped reading
     leaves its receive queue full, so the upstream's close frame waits behind those frames and
-    the close ends at the timeout (2 s). Reading them instead (tried on 2026-12-07) cost the
-    fault suite more than the 2 s: on its loaded host every such close then read a replay's
-    whole burst, sink timeouts went from 5 to 87 in a run, and handoffs took 3-8 s (L2 1.5 s)."""
+    the close ends at the timeout (2 s); such sockets are closed in the background
+    (BackgroundCloses), so nothing waits for that. Reading them instead (tried on 2026-12-07)
+    cost the fault suite more than the 2 s: on its loaded host every such close then read a
+    replay's whole burst, sink timeouts went from 5 to 87 in a run, and handoffs took 3-8 s."""
     try:
         async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS + 0.5):
             await ws.close(1001, "going away")
