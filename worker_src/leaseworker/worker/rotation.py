@@ -25,7 +25,6 @@ from leaseworker.protocol.adapter import Action, Fail, Ready, Reconnect, Release
 from leaseworker.secret_references import redact
 from leaseworker.worker import upstream
 from leaseworker.worker.session import ConnectionSession
-from leaseworker.worker.upstream import close_socket
 
 logger = get_logger(__name__)
 
@@ -66,7 +65,7 @@ async def open_successor(
         ready = False
     if not ready:
         logger.warning("rotation: the successor was not ready; keeping the old socket")
-        await close_socket(new)
+        session.deps.closes.close(new)  # the old socket's reading does not wait for this close
         return None
     return new, adapter, pending
 

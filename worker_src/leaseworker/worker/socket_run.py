@@ -410,12 +410,12 @@ class SocketRun:
             # old one. Keep it, so the session ends on it as on any stop (what it received is
             # read and delivered first); the successor never became current, so close it here.
             # No await between this check and the switch below: a later stop closes the successor.
-            await close_socket(new)
+            s.deps.closes.close(new)  # never read: its close may wait behind what it received
             return old, old_adapter
         s.untrack_socket(old.transport)
         s.track_socket(new.transport)
         self._ws = s.current_ws = new
-        await close_socket(old)
+        s.deps.closes.close(old)  # no longer read: the successor's frames are not held up by its close
         self._overlap = dict(self._last_cursor)  # what the old socket delivered, per key
         logger.info("rotated the socket", extra={"url": self._display_url})
         return await self._perform(new, adapter, pending)
