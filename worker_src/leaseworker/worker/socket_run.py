@@ -52,7 +52,6 @@ from leaseworker.worker.session import (
     SinkFailed,
     Stop,
 )
-from leaseworker.worker.upstream import close_socket
 
 logger = get_logger(__name__)
 
@@ -424,4 +423,4 @@ class SocketRun:
         s = self.s
         await s.stop_requested.wait()
         if s.lease.state is not LeaseState.LOST:
-            await close_socket(self._ws)
+            await upstream.close_socket(self._ws)

@@ -171,9 +171,6 @@ class BackgroundCloses:
     def _done(self, task: asyncio.Task[None]) -> None:
         self._closing.pop(task, None)
 
-    def __len__(self) -> int:
-        return len(self._closing)
-
     async def finish(self, timeout: float) -> None:
         """Wait up to `timeout` for the closes under way, then abort what is left: the exit stays
         within the shutdown's margin (each close is bounded by close_socket anyway)."""
