@@ -73,3 +73,47 @@ async def test_a_session_claim_whose_reply_is_lost_is_uncertain_and_read_back(
     adopted = await leases.resolve_uncertain(caught.value)
     assert adopted is not None and adopted.lease.epoch == 1 and adopted.lease.owner == settings.worker_id
     assert adopted.lease.valid_until == validity.valid_until  # the session's deadline, no later
+
+
+@pytest.mark.parametrize("stopped", [False, True])
+async def test_a_connection_claim_read_back_after_its_deadline_is_renewed_before_it_is_served(
+    ddb: DynamoDBClient, table: str, settings: Settings, stopped: bool
+) -> None:
+    """The fault suite's ddb_lost_reply (2026-12-07): a claim's reply was lost and its read-back,
+    slow like the replies, found it ours but past the claim's local deadline. Adopted as it was,
+    the session self-fenced at once and the connection waited for its expiry and a reconcile
+    (6.1 s unserved against L1's 5.9 s). It is renewed first and served under the renewal; an
+    operator's stop that came meanwhile makes the renewal say so, and the lease is released."""
+    from leaseworker.lease.ownership import ConnectionLeases
+
+    settings = replace(settings, lease_mode="connection")
+    admin = LeaseTableAdmin(ddb, table)
+    await admin.add("c0", "ws://127.0.0.1:9/c0")
+    injector = LostReplies(ddb, match=is_claim, mode="timeout")
+    injector.remaining = 1
+    store = ConnectionStore(ddb, settings)
+    with pytest.raises(AcquireUncertain) as caught:
+        lossy = ConnectionStore(injector.as_client(), settings, call_timeout=0.5)
+        await lossy.acquire("c0", settings.worker_id)
+    [claimed] = await admin.list()
+    late = AcquireUncertain(  # the same write, read back one local validity after it was sent
+        "lost",
+        connection_id="c0",
+        sent_at=caught.value.sent_at - settings.local_validity_seconds,
+        expires_at_ms=caught.value.expires_at_ms,
+    )
+    if stopped:
+        await admin.stop("c0")
+    leases = ConnectionLeases(store, SessionHeldStore(ddb, settings), settings)
+    before = time.monotonic()
+    adopted = await leases.resolve_uncertain(late)
+    [item] = await admin.list()
+    if stopped:
+        assert adopted is None
+        assert "lease_owner" not in item and int(item["lease_expires_at_ms"]) == 0, item
+        return
+    assert adopted is not None and adopted.lease.epoch == 1
+    assert adopted.lease.is_valid(time.monotonic() + settings.heartbeat_seconds), "served until renewed"
+    assert adopted.lease.valid_until >= before + settings.local_validity_seconds
+    assert int(item["lease_expires_at_ms"]) > int(claimed["lease_expires_at_ms"]), "renewed in the table"
+    assert item["lease_owner"] == settings.worker_id and item["lease_epoch"] == 1

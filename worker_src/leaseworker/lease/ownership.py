@@ -30,8 +30,8 @@ from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.dynamodb import now_ms
 from leaseworker.lease.errors import AcquireUncertain, StoreError
 from leaseworker.lease.held_store import OwnedConnection, SessionHeldStore
-from leaseworker.lease.model import NO_CHECKPOINT, ConnectionItem, Lease, local_deadline
-from leaseworker.lease.results import Acquired, AcquireResult, RenewResult
+from leaseworker.lease.model import NO_CHECKPOINT, ConnectionItem, Lease, local_deadline, renewal_timeout
+from leaseworker.lease.results import Acquired, AcquireResult, Renewed, RenewResult, Stopped
 from leaseworker.settings import LeaseMode, Settings
 
 # Connection mode's checkpoint writes in flight at once: well below the lease client's pool
@@ -182,7 +182,31 @@ class ConnectionLeases:
         )
 
     async def resolve_uncertain(self, uncertain: AcquireUncertain) -> Acquired | None:
-        return await self._store.resolve_uncertain(uncertain, self._me)
+        """Read back a claim whose reply was lost, and adopt it if our write landed.
+
+        Its local deadline counts from the claim's send time, and a read-back that came late
+        (the replies that were lost were slow too) may find it past that deadline, or too close
+        to it for the keeper's first renewal, a heartbeat after the session starts. Adopted as
+        it is, the session self-fenced at once and the lease waited for its expiry in the table
+        and a reconcile to take it back (the fault suite's ddb_lost_reply: 6.1 s unserved
+        against L1's 5.9 s). Nothing has been served under it, so it is renewed here first,
+        conditional on our owner and epoch like any renewal: a peer that took it by expiry
+        meanwhile wins, and then nothing is ours. A renewal whose own reply is lost raises, and
+        the caller's next read-back finds the lease at another expiry and releases it."""
+        adopted = await self._store.resolve_uncertain(uncertain, self._me)
+        if adopted is None:
+            return None
+        lease = adopted.lease
+        sent_at = monotonic()
+        if lease.valid_until - sent_at >= self._settings.heartbeat_seconds:
+            return adopted
+        result = await self._store.renew(lease, timeout=renewal_timeout(self._settings))
+        if isinstance(result, Renewed):
+            lease.renewed(sent_at, self._settings)
+            return adopted
+        if isinstance(result, Stopped):
+            await self._store.release(lease, None)  # an operator's stop came first: not ours to serve
+        return None
 
     async def adopt(self, item: ConnectionItem | None, *, entry_seq: int = NO_CHECKPOINT) -> Acquired | None:
         """A lease of ours that nothing here serves: its expiry says nothing about our local
