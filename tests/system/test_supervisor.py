@@ -30,6 +30,20 @@ from leaseworker.supervisor.process import child_pids
 from leaseworker_dev.local.services import LOCAL_CREDENTIALS, local_dynamodb
 from tests.system.procscan import MARKER_VAR
 
+# A cold start's slow import, in the worker child only: aioboto3 takes 2 s more to import, and a
+# file says the child has reached it (it imports it after the CLI, with the worker's stack).
+SLOW_IMPORT = """
+import importlib.abc, os, sys, time
+
+class SlowImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "aioboto3" and "--child" in sys.argv:
+            open(os.environ["SLOW_IMPORT_MARKER"], "w").close()
+            time.sleep(2.0)
+        return None
+
+sys.meta_path.insert(0, SlowImport())
+"""
 CHILD = """
 import os, signal, sys, time
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(int(os.environ.get("EXIT_ON_TERM", "0"))))
@@ -280,9 +294,10 @@ def owned_by(world: World, worker_id: str) -> list[str]:
     return sorted(i["connection_id"]["S"] for i in items if i.get("lease_owner", {}).get("S") == worker_id)
 
 
-def start_real_worker(world: World, worker_id: str, endpoint: str) -> RealWorker:
+def start_real_worker(world: World, worker_id: str, endpoint: str, **extra_env: str) -> RealWorker:
     env = {
         **world.env,
+        **extra_env,
         "LEASE_SECONDS": "3",
         "HEARTBEAT_SECONDS": "1",
         "RECONCILE_SECONDS": "1",
@@ -353,3 +368,26 @@ def test_leaseworker_run_supervises_the_real_worker(
     assert session["fenced_by"] == {"S": "supervisor:real-kill"}
     # The dead child's own long poll may have taken the first round: the repeat must get through.
     assert sorted({json.loads(body)["connection_id"] for body in world.hints()}) == real
+
+
+def test_sigterm_while_the_worker_child_is_still_importing_is_a_clean_stop(
+    world: World, dynamodb_endpoint: str, tmp_path: Path
+) -> None:
+    """ECS may stop a task that has only just started. A SIGTERM while the worker child still
+    imports its stack met Python's default action: the child died of it, and the supervisor took
+    that for a crash (exit 143, a fence). It is a stop: exit 0, no session written, no fence."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SLOW_IMPORT)
+    importing = tmp_path / "importing"
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    worker = start_real_worker(
+        world, "real-early", dynamodb_endpoint, PYTHONPATH=path, SLOW_IMPORT_MARKER=str(importing)
+    )
+    wait_for(importing.exists, "the worker child to import aioboto3")
+    worker.popen.send_signal(signal.SIGTERM)
+    status, stderr = finish(worker.popen)
+    assert status == 0, stderr
+    assert "Traceback" not in stderr, stderr
+    key = {"connection_id": {"S": "worker#real-early"}}
+    assert "Item" not in world.ddb.get_item(TableName=world.table, Key=key, ConsistentRead=True)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import aioboto3
 
+from leaseworker import early_stop
 from leaseworker.aws import dynamodb_client, sqs_client
 from leaseworker.health import HealthFile
 from leaseworker.lease.absent_owners import AbsentOwnerStore
@@ -165,6 +166,9 @@ async def run_worker(settings: Settings) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)  # the handler only sets an Event
     configure_logging(os.environ.get("LOG_LEVEL", "INFO"))
+    if early_stop.requested():  # while the child was importing this (early_stop.py): nothing to hand over
+        logger.info("stop signal received during start-up; exiting before starting")
+        return
     try:
         async with asyncio.timeout(None) as deadline:
             async with AsyncExitStack() as stack:
