@@ -28,7 +28,7 @@ from leaseworker.observability.tracing import configure_tracing
 from leaseworker.protocol.presets import expand
 from leaseworker.records import SinkRecord
 from leaseworker.settings import Settings
-from leaseworker.worker import connect_budget, socket_run
+from leaseworker.worker import connect_budget, socket_actions
 from leaseworker.worker import failures as failures_module
 from leaseworker.worker.references import NoReferences, References
 from leaseworker.worker.rotation import open_successor
@@ -240,7 +240,7 @@ async def test_a_stop_asked_for_while_the_successor_opens_closes_both_sockets_an
         await asyncio.sleep(0.05)  # the closer runs now, before the switch
         return successor
 
-    monkeypatch.setattr(socket_run, "open_successor", stop_as_it_opens)
+    monkeypatch.setattr(socket_actions, "open_successor", stop_as_it_opens)
     async with ReplayServer(feed="jetstream", rate=RATE) as server:
         config = expand("jetstream", {"url": server.url})
         config["lifetime"] = {"max_age_s": 0.5}

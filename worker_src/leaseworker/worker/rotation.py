@@ -2,7 +2,7 @@
 
 A feed that cuts its sockets at a fixed age (Binance at 24 h) is rotated before it does: a new
 socket is opened and its open steps (auth, subscribe, ack) are done while the old one still
-delivers. Only once the successor is Ready does the caller (worker/socket_run.py) close the old
+delivers. Only once the successor is Ready does the caller (worker/socket_actions.py) close the old
 socket and switch; the successor's records that the old socket already delivered are told apart
 by their ordered cursor there, and what cannot be told apart carries the adapter's `rotation`
 gap marker. Frames the successor receives before its switch are kept, in order, as its pending
