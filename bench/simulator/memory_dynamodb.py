@@ -1,7 +1,7 @@
 """An in-memory DynamoDB client for the lease stores, charging DynamoDB's on-demand cost rules.
 
-It implements the calls and request shapes that lease/connection_store.py, held_store.py,
-session_store.py, checkpoint_store.py, batch_get.py and admin.py send: UpdateItem, PutItem,
+It implements the calls and request shapes that lease/connection_store.py, connection_reads.py,
+held_store.py, session_store.py, checkpoint_store.py, batch_get.py and admin.py send: UpdateItem, PutItem,
 DeleteItem, BatchWriteItem, TransactWriteItems (admin.py's `remove`), GetItem, BatchGetItem, Query and Scan
 (on the table's two KEYS_ONLY GSIs), with ConditionExpression, UpdateExpression,
 ProjectionExpression, ExpressionAttributeNames/Values, ReturnValues, pagination (Limit, the

@@ -25,7 +25,7 @@ from leaseworker.lease.removal import NotRemovable
 PERIOD = 0.5  # a message per connection every half second
 SAMPLE_SECONDS = 0.25  # how often the table's checkpoints are read for S3
 STORE_FAULTS = frozenset({"partition", "lost_replies", "slow_replies", "throttle", "pause"})
-STORE_CALL_SECONDS = 5.0  # a lease store call's deadline (lease/connection_store.py, session_store.py)
+STORE_CALL_SECONDS = 5.0  # a lease store call's deadline (lease/connection_reads.py, session_store.py)
 REMOVE_WITHIN = 60.0  # a STOPPED connection is handed back, and so removable, within this
 LOOP_STEP_SECONDS = 1e-6  # each loop iteration takes a microsecond (clock.virtual_loop)
 

@@ -30,8 +30,9 @@ reads them. That entry point reads them once at start from the environment, neve
 cdk.json or the CDK context: LEASEWORKER_UNSAFE_TEST_ONLY_DISABLE=<comma list> is refused (the
 worker does not start) unless LEASEWORKER_UNSAFE_I_KNOW=yes is also set, and an active switch is
 logged at ERROR.
-The switches patch two named places (Settings.fence_margin_seconds, connection_store.COND_CHECKPOINT) and
-fail loudly if those ever move, so no production module carries a test branch.
+The switches patch two named places (Settings.fence_margin_seconds,
+connection_expressions.COND_CHECKPOINT) and fail loudly if those ever move, so no production module
+carries a test branch.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from leaseworker.lease import connection_store
+from leaseworker.lease import connection_expressions
 from leaseworker.observability.logging import get_logger
 from leaseworker.settings import Settings, SettingsError
 
@@ -58,7 +59,9 @@ UNSAFE_EXTRA_VALIDITY_SECONDS: Final = 1_000_000.0  # ~11.6 days: "never" for an
 # The checkpoint condition with the fencing token (owner, epoch) and the monotonic clause made moot:
 # true for any existing item. It still names :me, :epoch and :seq, because DynamoDB refuses a
 # request whose ExpressionAttributeValues holds a value no expression uses.
-COND_CHECKPOINT_UNFENCED: Final = f"{connection_store.COND_EXISTS} OR ({connection_store.COND_CHECKPOINT})"
+COND_CHECKPOINT_UNFENCED: Final = (
+    f"{connection_expressions.COND_EXISTS} OR ({connection_expressions.COND_CHECKPOINT})"
+)
 
 
 def requested(environ: Mapping[str, str]) -> frozenset[str]:
@@ -116,10 +119,10 @@ def _disable_self_fencing() -> None:
 
 
 def _disable_checkpoint_epoch() -> None:
-    if not hasattr(connection_store, "COND_CHECKPOINT"):
-        raise RuntimeError("unsafe: lease.connection_store.COND_CHECKPOINT is gone; update unsafe.py")
+    if not hasattr(connection_expressions, "COND_CHECKPOINT"):
+        raise RuntimeError("unsafe: lease.connection_expressions.COND_CHECKPOINT is gone; update unsafe.py")
     # Read at call time by ConnectionStore.checkpoint.
-    connection_store.COND_CHECKPOINT = COND_CHECKPOINT_UNFENCED
+    connection_expressions.COND_CHECKPOINT = COND_CHECKPOINT_UNFENCED
 
 
 def _disable_lost_claim_resolution() -> None:

@@ -17,6 +17,7 @@ from typing import Any, cast
 import pytest
 from types_aiobotocore_dynamodb import DynamoDBClient
 
+import leaseworker.lease.connection_reads as reads_module
 import leaseworker.lease.connection_store as store_module
 import leaseworker.lease.held_store as held_store_module
 from leaseworker.lease.admin import LeaseTableAdmin
@@ -253,6 +254,7 @@ async def test_session_held_connection_is_invisible_to_connection_mode_at_any_cl
     connection_mode = ConnectionStore(ddb, settings)
     # A connection-mode worker whose wall clock runs ten years fast still sees it as held.
     real_now = now_ms
+    monkeypatch.setattr(reads_module, "now_ms", lambda: real_now() + TEN_YEARS_MS)
     monkeypatch.setattr(store_module, "now_ms", lambda: real_now() + TEN_YEARS_MS)
     assert await connection_mode.find_orphans(100) == ["free"]
     lost = await connection_mode.acquire("held", "c1")

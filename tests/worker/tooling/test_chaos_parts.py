@@ -21,7 +21,7 @@ from aiobotocore.config import AioConfig
 from botocore.exceptions import ClientError
 
 import leaseworker
-from leaseworker.lease import connection_store
+from leaseworker.lease import connection_expressions
 from leaseworker.lease.liveness import session_deadline
 from leaseworker.settings import Settings, SettingsError, load_settings
 from leaseworker.supervisor.process import child_pids
@@ -86,10 +86,10 @@ def test_unsafe_switch_is_refused_without_confirmation() -> None:
 @pytest.fixture
 def restore_unsafe_targets() -> Iterator[None]:
     margin = Settings.__dict__["fence_margin_seconds"]
-    condition = connection_store.COND_CHECKPOINT
+    condition = connection_expressions.COND_CHECKPOINT
     yield
     setattr(Settings, "fence_margin_seconds", margin)  # noqa: B010
-    connection_store.COND_CHECKPOINT = condition
+    connection_expressions.COND_CHECKPOINT = condition
 
 
 @pytest.mark.usefixtures("restore_unsafe_targets")
@@ -100,14 +100,14 @@ def test_unsafe_switches_move_both_deadlines_and_the_checkpoint_condition(
     monkeypatch.setenv("WORKER_ID", "w")
     settings = load_settings()
     validity, session = settings.local_validity_seconds, session_deadline(0.0, settings)
-    assert "attribute_not_exists(last_seq) OR last_seq < :seq" in connection_store.COND_CHECKPOINT
+    assert "attribute_not_exists(last_seq) OR last_seq < :seq" in connection_expressions.COND_CHECKPOINT
     env = {unsafe.DISABLE_VAR: "self-fencing,checkpoint-epoch", unsafe.CONFIRM_VAR: "yes"}
     assert unsafe.apply_from_environment(env) == {unsafe.SELF_FENCING, unsafe.CHECKPOINT_EPOCH}
     assert settings.local_validity_seconds == validity + unsafe.UNSAFE_EXTRA_VALIDITY_SECONDS
     assert session_deadline(0.0, settings) == session + unsafe.UNSAFE_EXTRA_VALIDITY_SECONDS
-    assert connection_store.COND_CHECKPOINT == unsafe.COND_CHECKPOINT_UNFENCED
+    assert connection_expressions.COND_CHECKPOINT == unsafe.COND_CHECKPOINT_UNFENCED
     assert all(
-        name in connection_store.COND_CHECKPOINT for name in (":me", ":epoch", ":seq")
+        name in connection_expressions.COND_CHECKPOINT for name in (":me", ":epoch", ":seq")
     )  # all values used
     assert "UNSAFE TEST-ONLY SWITCH ACTIVE" in caplog.text
 

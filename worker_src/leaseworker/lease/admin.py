@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
 
-from leaseworker.lease.connection_store import cursor_names
+from leaseworker.lease.connection_expressions import cursor_names
 from leaseworker.lease.connection_writes import (
     ItemUpdate,
     add_update,

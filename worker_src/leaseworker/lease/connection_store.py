@@ -7,19 +7,31 @@ Every write that acts on a lease is conditioned on owner and epoch; a lost race 
 a value (`Lost`, `False`), while throttles and outages raise `StoreError` subclasses. Every
 call has a deadline (lease/dynamodb.call_with_deadline). `ReturnValuesOnConditionCheckFailure=ALL_OLD`
 tells us who holds a lease without a second read.
+
+Its reads (one item, the free index) are in lease/connection_reads.py, and the expressions its
+writes use in lease/connection_expressions.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any
 
 from botocore.exceptions import ClientError
 
 from leaseworker.clock import monotonic
+from leaseworker.lease import connection_expressions
+from leaseworker.lease.connection_expressions import (
+    COND_ACQUIRE,
+    COND_HELD,
+    COND_RENEW,
+    CURSOR_NAMES,
+    SET_CURSOR,
+    cursor_names,
+    cursor_value,
+)
+from leaseworker.lease.connection_reads import ConnectionReads
 from leaseworker.lease.dynamodb import (
     CONDITION_FAILED,
-    call_with_deadline,
     error_code,
     now_ms,
     old_item,
@@ -39,42 +51,10 @@ from leaseworker.lease.model import (
     local_deadline,
 )
 from leaseworker.lease.results import Acquired, AcquireResult, Lost, Malformed, Renewed, RenewResult, Stopped
-from leaseworker.lease.vocabulary import INDEX_BY_STATE_EXPIRY
-from leaseworker.settings import Settings
-
-if TYPE_CHECKING:
-    from types_aiobotocore_dynamodb import DynamoDBClient
 
 
-# Condition expressions, named once (STYLE.md §11).
-COND_ACQUIRE = (
-    "desired_state = :started AND "
-    "(attribute_not_exists(lease_expires_at_ms) OR lease_expires_at_ms < :now_minus_skew)"
-)
-COND_HELD = "lease_owner = :me AND lease_epoch = :epoch"
-COND_HELD_AND_STARTED = f"{COND_HELD} AND desired_state = :started"
-# Renewals are pipelined (worker/keeper.py): an older one landing after a newer one must not move
-# the expiry back below what the newer one wrote, which its holder already counts on (S1).
-COND_RENEW = f"{COND_HELD_AND_STARTED} AND lease_expires_at_ms < :expires"
-# S3: a checkpoint never moves backwards, whatever order concurrent writes land in.
-# The cursor is written with the seq it belongs to, in the same write: `:cursor` is JSON text, or
-# NULL when the feed has none (DynamoDB's NULL type, so the attribute never keeps a stale cursor).
-_SET_CURSOR = "#cursor = :cursor"
-CURSOR_NAMES: Final = {"#cursor": "cursor"}  # CURSOR is a DynamoDB reserved word
-COND_CHECKPOINT = f"{COND_HELD} AND (attribute_not_exists(last_seq) OR last_seq < :seq)"
-COND_EXISTS = "attribute_exists(connection_id)"
-
-T = TypeVar("T")
-
-
-class ConnectionStore:
-    """Conditional reads and writes of connection items, each with a deadline."""
-
-    def __init__(self, client: DynamoDBClient, settings: Settings, *, call_timeout: float = 5.0) -> None:
-        self._client = client
-        self._settings = settings
-        self._table = settings.table_name
-        self._call_timeout = call_timeout
+class ConnectionStore(ConnectionReads):
+    """Conditional writes of connection items, each with a deadline; the reads are ConnectionReads'."""
 
     # ------------------------------------------------------------------ lease operations
 
@@ -213,8 +193,9 @@ class ConnectionStore:
                 self._client.update_item(
                     TableName=self._table,
                     Key={"connection_id": {"S": lease.connection_id}},
-                    UpdateExpression=f"SET last_seq = :seq, updated_at_ms = :now, {_SET_CURSOR}",
-                    ConditionExpression=COND_CHECKPOINT,
+                    UpdateExpression=f"SET last_seq = :seq, updated_at_ms = :now, {SET_CURSOR}",
+                    # Read at call time: the chaos suite's checkpoint-epoch switch replaces it there.
+                    ConditionExpression=connection_expressions.COND_CHECKPOINT,
                     ExpressionAttributeValues={
                         ":me": {"S": lease.owner},
                         ":epoch": {"N": str(lease.epoch)},
@@ -238,7 +219,7 @@ class ConnectionStore:
         values: dict[str, Any] = {":zero": {"N": "0"}, ":now": {"N": str(now_ms())}}
         if last_seq is not None and last_seq > lease.start_seq:
             update = (
-                f"SET lease_expires_at_ms = :zero, updated_at_ms = :now, last_seq = :seq, {_SET_CURSOR} "
+                f"SET lease_expires_at_ms = :zero, updated_at_ms = :now, last_seq = :seq, {SET_CURSOR} "
                 "REMOVE lease_owner"
             )
             values |= {":seq": {"N": str(last_seq)}} | cursor_value(cursor)
@@ -270,77 +251,9 @@ class ConnectionStore:
             ":one": {"N": "1"},
         }
         if last_seq is not None and last_seq > lease.start_seq:
-            update += f", last_seq = :seq, {_SET_CURSOR}"
+            update += f", last_seq = :seq, {SET_CURSOR}"
             values |= {":seq": {"N": str(last_seq)}} | cursor_value(cursor)
         return await self._conditional(lease, f"{update} ADD failures :one REMOVE lease_owner", values)
-
-    async def find_orphans(self, limit: int) -> list[str]:
-        """STARTED connections that are free: new (expiry 0), released (0) or expired."""
-        threshold = now_ms() - self._settings.max_clock_skew_ms
-        found: list[str] = []
-        start_key: dict[str, Any] | None = None
-        while len(found) < limit:
-            kwargs: dict[str, Any] = {
-                "TableName": self._table,
-                "IndexName": INDEX_BY_STATE_EXPIRY,
-                "KeyConditionExpression": "desired_state = :started AND lease_expires_at_ms < :threshold",
-                "ExpressionAttributeValues": {
-                    ":started": {"S": STARTED},
-                    ":threshold": {"N": str(threshold)},
-                },
-                "ProjectionExpression": "connection_id",
-                "Limit": max(1, min(limit - len(found), 1000)),
-            }
-            if start_key:
-                kwargs["ExclusiveStartKey"] = start_key
-            response = await self._call(self._client.query(**kwargs))
-            found.extend(item["connection_id"]["S"] for item in response.get("Items", []))
-            start_key = response.get("LastEvaluatedKey")
-            if not start_key:
-                break
-        return found[:limit]
-
-    async def get(self, connection_id: str) -> ConnectionItem | None:
-        response = await self._call(
-            self._client.get_item(
-                TableName=self._table, Key={"connection_id": {"S": connection_id}}, ConsistentRead=True
-            )
-        )
-        item = response.get("Item")
-        return ConnectionItem.from_attributes(item) if item else None
-
-    # ------------------------------------------------------------------ queries
-
-    async def query(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """One page of a Query, under the store's deadline and error translation."""
-        return dict(await self._call(self._client.query(**kwargs)))
-
-    async def count_free(self) -> int:
-        """STARTED connections nobody holds: new (expiry 0), released (0) or expired.
-
-        Reads only the free part of the index (COUNT costs what returning the keys costs), never
-        every connection item.
-        """
-        return await self._count_free(now_ms() - self._settings.max_clock_skew_ms)
-
-    async def _count_free(self, threshold: int) -> int:
-        total = 0
-        start_key: dict[str, Any] | None = None
-        while True:
-            kwargs: dict[str, Any] = {
-                "TableName": self._table,
-                "IndexName": INDEX_BY_STATE_EXPIRY,
-                "KeyConditionExpression": "desired_state = :s AND lease_expires_at_ms < :t",
-                "ExpressionAttributeValues": {":s": {"S": STARTED}, ":t": {"N": str(threshold)}},
-                "Select": "COUNT",
-            }
-            if start_key:
-                kwargs["ExclusiveStartKey"] = start_key
-            response = await self._call(self._client.query(**kwargs))
-            total += int(response.get("Count", 0))
-            start_key = response.get("LastEvaluatedKey")
-            if not start_key:
-                return total
 
     # ------------------------------------------------------------------ plumbing
 
@@ -370,9 +283,6 @@ class ConnectionStore:
             raise translate_client_error(error) from error
         return True
 
-    async def _call(self, awaitable: Awaitable[T], *, timeout: float | None = None) -> T:
-        return await call_with_deadline(awaitable, self._call_timeout if timeout is None else timeout)
-
 
 def _held_by(old: dict[str, Any], lease: Lease) -> bool:
     """Whether an item (as returned by ALL_OLD) is still held under `lease`'s owner and epoch."""
@@ -390,13 +300,3 @@ def _lost_from(error: ClientError, reason: str) -> Lost:
     state = old.get("desired_state", {}).get("S")
     detail = f"held by {holder} at epoch {epoch_raw}" if holder else f"desired_state {state}"
     return Lost(holder, int(epoch_raw) if epoch_raw else None, f"{reason}: {detail}")
-
-
-def cursor_value(cursor: str | None) -> dict[str, Any]:
-    """The `:cursor` value of a checkpoint write (`_SET_CURSOR`)."""
-    return {":cursor": {"NULL": True} if cursor is None else {"S": cursor}}
-
-
-def cursor_names(update: str) -> dict[str, Any]:
-    """ExpressionAttributeNames for an update that may set the cursor."""
-    return {"ExpressionAttributeNames": CURSOR_NAMES} if "#cursor" in update else {}

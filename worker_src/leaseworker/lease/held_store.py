@@ -28,7 +28,8 @@ from botocore.exceptions import ClientError
 from leaseworker.clock import monotonic
 from leaseworker.lease.attribute_values import failed_item, number, text
 from leaseworker.lease.batch_get import batch_get_items
-from leaseworker.lease.connection_store import COND_ACQUIRE, ConnectionStore, cursor_names, cursor_value
+from leaseworker.lease.connection_expressions import COND_ACQUIRE, cursor_names, cursor_value
+from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.dynamodb import call_with_deadline, now_ms
 from leaseworker.lease.errors import AcquireUncertain, StoreThrottled, StoreUnavailable
 from leaseworker.lease.model import NO_CHECKPOINT, STARTED, ConnectionItem, Lease, MalformedItem, is_expired

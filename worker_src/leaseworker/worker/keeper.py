@@ -35,7 +35,7 @@ RENEW_CONCURRENCY bounds them below the lease client's connection pool (64,
 `aws.lease_client_config`), so renewals never queue behind checkpoints at the pool.
 
 Pipelined renewals may land out of order; the store's renewal only moves the expiry forward
-(`connection_store.COND_RENEW`), so an older one landing late never shortens what a newer one wrote.
+(`connection_expressions.COND_RENEW`), so an older one landing late never shortens what a newer one wrote.
 """
 
 from __future__ import annotations
