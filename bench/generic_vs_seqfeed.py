@@ -230,7 +230,7 @@ class _Held:
         from leaseworker.observability.tracing import configure_tracing
         from leaseworker.settings import Settings
         from leaseworker.sinks.null import NullSink
-        from leaseworker.worker.session import SessionDeps
+        from leaseworker.worker.session_deps import SessionDeps
 
         self.protocol = protocol
         self.base_url = base_url

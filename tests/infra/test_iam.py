@@ -156,8 +156,9 @@ CALL_ACTIONS = {
 # Granted only when context names resources for them: GetSecretValue on upstreamSecrets.
 CONTEXT_GRANTED = {"secretsmanager:GetSecretValue": {"upstreamSecrets": "feeds/alpaca"}}
 # Operator and local tooling run with the operator's credentials, not the task role; so do the
-# seeded fault suite and the consumer filter (a Kinesis consumer's code, not the worker's).
-NOT_IN_THE_TASK = ("cli/", "local/", "feed/", "lease/admin.py", "chaos/", "consumer.py")
+# seeded fault suite, the consumer filter and the stream reader (a Kinesis consumer's code, not the
+# worker's).
+NOT_IN_THE_TASK = ("cli/", "local/", "feed/", "lease/admin.py", "chaos/", "consumer.py", "stream_reader.py")
 
 
 def worker_calls() -> dict[str, set[str]]:

@@ -21,7 +21,8 @@ from leaseworker.observability.tracing import configure_tracing
 from leaseworker.records import SinkRecord
 from leaseworker.settings import Settings
 from leaseworker.sinks.base import Validity, always_valid
-from leaseworker.worker.session import ConnectionSession, SessionDeps
+from leaseworker.worker.session import ConnectionSession
+from leaseworker.worker.session_deps import SessionDeps
 
 
 class SlowSink:

@@ -37,7 +37,7 @@ from leaseworker.settings import LeaseMode, Settings
 from leaseworker.worker.app import Worker
 from leaseworker.worker.fenced import WorkerFenced
 from leaseworker.worker.main import coordination
-from leaseworker.worker.session import SessionDeps
+from leaseworker.worker.session_deps import SessionDeps
 
 TABLE = "leases"
 LATENCY = (0.002, 0.02)  # one DynamoDB round trip, seconds

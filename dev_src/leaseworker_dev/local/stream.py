@@ -1,6 +1,6 @@
 """Read a (moto) Kinesis stream the way S1 is judged: in shard order, one arbiter per connection.
 
-The test-side counterpart of leaseworker.consumer.read_stream: it returns what reached the
+The test-side counterpart of leaseworker.stream_reader.read_stream: it returns what reached the
 stream as `Delivered` records in arrival order, ready for leaseworker_dev.local.invariants.
 """
 
@@ -11,7 +11,7 @@ import asyncio
 import aioboto3
 
 from leaseworker.aws import CLI_CLIENT_CONFIG
-from leaseworker.consumer import read_stream
+from leaseworker.stream_reader import read_stream
 from leaseworker_dev.local.invariants import Delivered
 
 DEFAULT_REGION = "us-east-1"

@@ -13,16 +13,11 @@ import aioboto3
 import pytest
 from types_aiobotocore_kinesis import KinesisClient
 
-from leaseworker.consumer import (
-    ConnectionFilter,
-    Position,
-    Verdict,
-    read_stream,
-    shard_order,
-)
+from leaseworker.consumer import ConnectionFilter, Position, Verdict
 from leaseworker.records import SinkRecord
 from leaseworker.sinks.factory import kinesis_client_config
 from leaseworker.sinks.kinesis import KinesisSink
+from leaseworker.stream_reader import read_stream, shard_order
 from leaseworker_dev.local.invariants import (
     Delivered,
     Report,

@@ -29,7 +29,9 @@ from leaseworker.sinks.base import SinkError, Validity, always_valid
 from leaseworker.worker import failures as failures_module
 from leaseworker.worker import session as session_module
 from leaseworker.worker import upstream as upstream_module
-from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, SessionResult
+from leaseworker.worker.endings import Outcome, SessionResult
+from leaseworker.worker.session import ConnectionSession
+from leaseworker.worker.session_deps import SessionDeps
 from leaseworker.worker.upstream import SocketOpener, open_unless_stopped
 from leaseworker_dev.feed.server import FeedServer
 from tests.worker.bad_upstream import BIG_FRAME_BYTES, LARGEST_FRAME_BYTES, ScriptedUpstream

@@ -30,9 +30,11 @@ from leaseworker.records import SinkRecord
 from leaseworker.settings import Settings
 from leaseworker.worker import connect_budget, socket_actions
 from leaseworker.worker import failures as failures_module
+from leaseworker.worker.endings import Outcome, SessionResult
 from leaseworker.worker.references import NoReferences, References
 from leaseworker.worker.rotation import open_successor
-from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, SessionResult
+from leaseworker.worker.session import ConnectionSession
+from leaseworker.worker.session_deps import SessionDeps
 from leaseworker_dev.feed.replays.base import ReplayServer
 from tests.worker.integration.test_session import RecordingSink
 

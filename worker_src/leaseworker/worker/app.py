@@ -37,6 +37,7 @@ from leaseworker.worker.absent_owners import AbsentOwners
 from leaseworker.worker.acquirer import Acquirer
 from leaseworker.worker.audit import Audit
 from leaseworker.worker.checkpointer import Checkpointer
+from leaseworker.worker.endings import Outcome, SessionResult
 from leaseworker.worker.fenced import WorkerFenced
 from leaseworker.worker.heartbeat import SessionHeartbeat
 from leaseworker.worker.hints import Hints, HintSource
@@ -44,7 +45,8 @@ from leaseworker.worker.keeper import LeaseKeeper
 from leaseworker.worker.peers import PeerWatch
 from leaseworker.worker.registry import Owned, Registry
 from leaseworker.worker.relay import HintRelay
-from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, SessionResult
+from leaseworker.worker.session import ConnectionSession
+from leaseworker.worker.session_deps import SessionDeps
 from leaseworker.worker.settle import Settler
 from leaseworker.worker.shutdown import OrderedShutdown
 from leaseworker.worker.waits import wait_any

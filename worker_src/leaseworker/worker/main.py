@@ -34,7 +34,7 @@ from leaseworker.sinks.factory import open_sink
 from leaseworker.worker.app import Coordination, Worker
 from leaseworker.worker.budget import ConnectBudgets
 from leaseworker.worker.ecs import ecs_task_arn
-from leaseworker.worker.session import SessionDeps
+from leaseworker.worker.session_deps import SessionDeps
 from leaseworker.worker.start_check import check_lease_table
 
 if TYPE_CHECKING:

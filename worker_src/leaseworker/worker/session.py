@@ -27,84 +27,30 @@ connection-limit refusal (`limit`) never counts: a paused old owner's socket may
 from __future__ import annotations
 
 import asyncio
-import enum
-import json
-from dataclasses import dataclass, field
 from typing import Any
 
 from leaseworker.clock import monotonic, wall_ns
 from leaseworker.lease.model import DEADLINE_PASSED, NO_CHECKPOINT, Lease, LeaseState
 from leaseworker.lease.ownership import Progress
-from leaseworker.lease.vocabulary import MAX_CURSOR_BYTES
 from leaseworker.no_linger import send_deadline
 from leaseworker.observability.logging import get_logger, log_context
-from leaseworker.observability.metrics import MetricName, WorkerMetrics
-from leaseworker.observability.tracing import Tracing
+from leaseworker.observability.metrics import MetricName
 from leaseworker.protocol.adapter import ConfigError, OpenReason, UpstreamProtocol
 from leaseworker.protocol.registry import ProtocolSpec, build, parse_config_text
 from leaseworker.records import SinkRecord
-from leaseworker.settings import Settings
-from leaseworker.sinks.base import Sink, SinkError, writes_at_once
+from leaseworker.sinks.base import SinkError, writes_at_once
 from leaseworker.worker.backoff import FatalUpstreamError, ReconnectPacing
 from leaseworker.worker.batch import Batch
-from leaseworker.worker.budget import ConnectBudgets
+from leaseworker.worker.checkpoint_cursor import checkpoint_text
+from leaseworker.worker.endings import Outcome, SessionResult, SinkFailed, Stop
 from leaseworker.worker.failures import FailureRecorder, RecordFailure
 from leaseworker.worker.fence import RECHECK_SECONDS, LeaseFence
-from leaseworker.worker.references import NoReferences, References
-from leaseworker.worker.upstream import BackgroundCloses, SocketOpener, open_unless_stopped
+from leaseworker.worker.session_deps import SessionDeps
 
 logger = get_logger(__name__)
 
-_CURSOR_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 MAX_FAILURES_AT_POSITION = 5  # failures with no delivery in between before the connection is failed
 MAX_CONSECUTIVE_CRASHES = MAX_FAILURES_AT_POSITION  # crashes count among them
-
-
-class Outcome(enum.Enum):
-    RELEASE = "release"  # shutdown, the connection was STOPPED, or another epoch owns it: release
-    LOST = "lost"  # the lease is gone (taken over, removed, self-fenced): write nothing more
-    FAILED = "failed"  # the connection can never work as configured: mark it failed
-
-
-@dataclass(frozen=True, slots=True)
-class SessionResult:
-    outcome: Outcome
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class SessionDeps:
-    settings: Settings
-    sink: Sink
-    metrics: WorkerMetrics
-    tracing: Tracing
-    references: References = field(default_factory=NoReferences)
-    budgets: ConnectBudgets | None = None  # the fleet's connect budgets per host (worker/budget.py)
-    # How a socket is opened: websockets in production; in-memory sockets in the simulation
-    # (bench/simulator/dst), which runs the real sessions in virtual time.
-    open_socket: SocketOpener = open_unless_stopped
-    closes: BackgroundCloses = field(default_factory=BackgroundCloses)  # the worker's exit awaits them
-
-
-class _SinkFailed(Exception):
-    """Internal: the sink refused a batch; resubscribe after the last delivered seq. `permanent`:
-    the next record can never be accepted (SinkError.permanent), a failure at this position."""
-
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
-        super().__init__(message)
-        self.permanent = permanent
-
-
-class CursorTooLarge(ValueError):
-    """A resumable feed's checkpoint cursor that one checkpoint entry cannot hold."""
-
-
-class Stop(Exception):
-    """Leave the delivery loop with a result."""
-
-    def __init__(self, result: SessionResult) -> None:
-        super().__init__(result.reason)
-        self.result = result
 
 
 class ConnectionSession:
@@ -233,21 +179,9 @@ class ConnectionSession:
             kind=record_kind,
             key=key,
         )
-        cursor_text = previous if checkpoint is None else self._checkpoint_text(checkpoint)  # may refuse
+        cursor_text = previous if checkpoint is None else checkpoint_text(checkpoint, protocol)  # may refuse
         self.batch.add(record, size)
         self.batch_cursors.append(cursor_text)
-
-    def _checkpoint_text(self, checkpoint: Any) -> str | None:
-        # An integer cursor (Jetstream time_us, a trade id) is the common case: no encoder needed
-        # (P8 measured json.dumps with options at about 7 µs a record, most of generic/1's extra cost).
-        text = str(checkpoint) if type(checkpoint) is int else _CURSOR_ENCODER.encode(checkpoint)
-        if len(text.encode("utf-8", "surrogatepass")) <= MAX_CURSOR_BYTES:
-            return text
-        if self.protocol is None or self.protocol.resumable:
-            raise CursorTooLarge(
-                f"checkpoint cursor of {len(text)} bytes exceeds the {MAX_CURSOR_BYTES}-byte limit"
-            )
-        return None  # a feed that cannot replay: the cursor only bounds the next gap marker
 
     async def deliver(self) -> None:
         """Hand the batch to the sink if, and only if, the lease is still valid right now."""
@@ -278,7 +212,7 @@ class ConnectionSession:
                 extra={"error": str(error) or "timeout", "accepted": accepted, "batch": len(batch)},
             )
             permanent = isinstance(error, SinkError) and error.permanent
-            raise _SinkFailed(str(error) or "sink write timed out", permanent=permanent) from None
+            raise SinkFailed(str(error) or "sink write timed out", permanent=permanent) from None
         self._delivered(batch, cursors)
 
     def clear_batch(self) -> None:
@@ -360,6 +294,3 @@ class ConnectionSession:
         """The local deadline passed without a renewal: abort the socket at once (§2d)."""
         self.abort()
         self.stop_requested.set()
-
-
-SinkFailed = _SinkFailed

@@ -24,7 +24,9 @@ from leaseworker.lease.results import Acquired
 from leaseworker.notify import Notifier
 from leaseworker.observability.logging import get_logger
 from leaseworker.observability.metrics import MetricName
-from leaseworker.worker.session import ConnectionSession, Outcome, SessionDeps, SessionResult
+from leaseworker.worker.endings import Outcome, SessionResult
+from leaseworker.worker.session import ConnectionSession
+from leaseworker.worker.session_deps import SessionDeps
 
 logger = get_logger(__name__)
 

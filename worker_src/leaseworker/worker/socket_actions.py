@@ -39,14 +39,10 @@ from leaseworker.protocol.adapter import (
 from leaseworker.secret_references import redact
 from leaseworker.worker import connect_budget
 from leaseworker.worker.batch import BATCH_LINGER_SECONDS
+from leaseworker.worker.checkpoint_cursor import CursorTooLarge
+from leaseworker.worker.endings import Outcome, SessionResult, Stop
 from leaseworker.worker.rotation import open_successor
-from leaseworker.worker.session import (
-    ConnectionSession,
-    CursorTooLarge,
-    Outcome,
-    SessionResult,
-    Stop,
-)
+from leaseworker.worker.session import ConnectionSession
 
 logger = get_logger(__name__)
 

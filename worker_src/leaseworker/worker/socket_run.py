@@ -24,8 +24,8 @@ from leaseworker.protocol.adapter import Reconnect, SocketAdapter
 from leaseworker.worker import connect_budget, upstream
 from leaseworker.worker.backoff import ReconnectPacing, check_upstream_url, is_fatal
 from leaseworker.worker.batch import frame_size
+from leaseworker.worker.endings import Outcome, SessionResult, SinkFailed, Stop
 from leaseworker.worker.receive_deadline import DEADLINE, ReceiveDeadline
-from leaseworker.worker.session import Outcome, SessionResult, SinkFailed, Stop
 from leaseworker.worker.socket_actions import SocketActions, SocketEnded
 
 logger = get_logger(__name__)
