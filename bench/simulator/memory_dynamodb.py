@@ -1,11 +1,11 @@
 """An in-memory DynamoDB client for the lease stores, charging DynamoDB's on-demand cost rules.
 
 It implements the calls and request shapes that lease/connection_store.py, connection_reads.py,
-held_store.py, session_store.py, checkpoint_store.py, batch_get.py and admin.py send: UpdateItem, PutItem,
-DeleteItem, BatchWriteItem, TransactWriteItems (admin.py's `remove`), GetItem, BatchGetItem, Query and Scan
-(on the table's two KEYS_ONLY GSIs), with ConditionExpression, UpdateExpression,
-ProjectionExpression, ExpressionAttributeNames/Values, ReturnValues, pagination (Limit, the
-1 MB page, ExclusiveStartKey) and Select=COUNT. A refused condition is botocore's ClientError
+held_store.py, held_reads.py, session_store.py, checkpoint_store.py, batch_get.py and admin.py send:
+UpdateItem, PutItem, DeleteItem, BatchWriteItem, TransactWriteItems (admin.py's `remove`), GetItem,
+BatchGetItem, Query and Scan (on the table's two KEYS_ONLY GSIs), with ConditionExpression,
+UpdateExpression, ProjectionExpression, ExpressionAttributeNames/Values, ReturnValues, pagination
+(Limit, the 1 MB page, ExclusiveStartKey) and Select=COUNT. A refused condition is botocore's ClientError
 `ConditionalCheckFailedException`, carrying the old item when the request set
 ReturnValuesOnConditionCheckFailure=ALL_OLD, as aiobotocore raises it.
 

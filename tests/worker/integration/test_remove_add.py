@@ -22,13 +22,8 @@ from types_aiobotocore_dynamodb import DynamoDBClient
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from leaseworker.lease.admin import (
-    ConnectionExists,
-    LeaseTableAdmin,
-    NotRemovable,
-    ReleaseTimeout,
-    UnknownConnection,
-)
+from leaseworker.lease.admin import LeaseTableAdmin, NotRemovable, ReleaseTimeout
+from leaseworker.lease.admin_errors import ConnectionExists, UnknownConnection
 from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.dynamodb import now_ms

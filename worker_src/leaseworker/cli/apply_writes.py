@@ -27,7 +27,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as RichProgress
 
 from leaseworker.cli.apply_plan import Change, feed_differences
-from leaseworker.lease.admin import ConnectionExists, LeaseTableAdmin, UnknownConnection
+from leaseworker.lease.admin import LeaseTableAdmin
+from leaseworker.lease.admin_errors import ConnectionExists, UnknownConnection
 from leaseworker.lease.connection_writes import (
     TRANSACT_MAX,
     ItemUpdate,

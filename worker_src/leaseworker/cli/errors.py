@@ -16,7 +16,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 
-from leaseworker.lease.admin import ConnectionExists, UnknownConnection
+from leaseworker.lease.admin_errors import ConnectionExists, UnknownConnection
 from leaseworker.lease.errors import StoreError, StoreUnavailable, TableMissing
 from leaseworker.lease.model import InvalidConnectionId
 from leaseworker.settings import SettingsError

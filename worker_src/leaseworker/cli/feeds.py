@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from leaseworker.cli.errors import CliUsageError
-from leaseworker.lease.admin import check_ws_url
+from leaseworker.lease.admin_errors import check_ws_url
 from leaseworker.protocol import presets
 from leaseworker.protocol.adapter import ConfigError
 from leaseworker.protocol.generic import parse_config

@@ -3,17 +3,18 @@
 These are the control plane (docs/design.md §6). They never touch a live lease's owner or epoch.
 
 `remove` writes a tombstone and `add` resurrects one, keeping the epoch: why that is sound is in
-`lease.removal`. The operator's reads are in `lease.table_view`.
+`lease.removal`. The operator's reads are in `lease.table_view`, and what these actions refuse
+(an existing id, an unknown one, a bad URL) in `lease.admin_errors`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import urlsplit
 
 from botocore.exceptions import ClientError
 
+from leaseworker.lease.admin_errors import ConnectionExists, UnknownConnection, check_ws_url
 from leaseworker.lease.connection_expressions import cursor_names
 from leaseworker.lease.connection_writes import (
     ItemUpdate,
@@ -47,10 +48,6 @@ if TYPE_CHECKING:
     from types_aiobotocore_dynamodb import DynamoDBClient
 
 
-class ConnectionExists(ValueError):
-    pass
-
-
 class _TableExists(Exception):
     pass
 
@@ -61,19 +58,6 @@ class _ConditionLost(Exception):
 
 _TRANSACTION_CANCELED = "TransactionCanceledException"
 _ADMIN_PASSTHROUGH = frozenset({CONDITION_FAILED, _TRANSACTION_CANCELED, "ResourceInUseException"})
-
-
-class UnknownConnection(LookupError):
-    def __init__(self, connection_id: str) -> None:
-        super().__init__(f"no connection {connection_id!r} in the table")
-        self.connection_id = connection_id
-
-
-def check_ws_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("ws", "wss") or not parts.hostname:
-        raise ValueError(f"invalid url {url!r}: must be ws:// or wss:// with a host")
-    return url
 
 
 class LeaseTableAdmin:
@@ -298,14 +282,11 @@ class LeaseTableAdmin:
 
 
 __all__ = [
-    "ConnectionExists",
     "ConnectionItem",
     "LeaseTableAdmin",
     "NotRemovable",
     "ReleaseTimeout",
     "Snapshot",
     "TableMissing",
-    "UnknownConnection",
-    "check_ws_url",
     "plain",
 ]

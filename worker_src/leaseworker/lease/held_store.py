@@ -16,25 +16,26 @@ query (`expiry < now - skew`) never returns it, and holding it writes nothing pe
 - Release, record a failure, mark failed: connection mode's owner + epoch writes (ConnectionStore).
   The item's `last_seq` equals the lease's `start_seq` while held (only claims and releases
   write it), so the release's `last_seq > start_seq` test keeps it moving only up.
+
+The reads by owner (the `by-owner` index, then the items) are in lease/held_reads.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from leaseworker.clock import monotonic
 from leaseworker.lease.attribute_values import failed_item, number, text
-from leaseworker.lease.batch_get import batch_get_items
 from leaseworker.lease.connection_expressions import COND_ACQUIRE, cursor_names, cursor_value
 from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.dynamodb import call_with_deadline, now_ms
 from leaseworker.lease.errors import AcquireUncertain, StoreThrottled, StoreUnavailable
-from leaseworker.lease.model import NO_CHECKPOINT, STARTED, ConnectionItem, Lease, MalformedItem, is_expired
+from leaseworker.lease.held_reads import HeldReads, OwnedConnection
+from leaseworker.lease.model import NO_CHECKPOINT, STARTED, ConnectionItem, Lease, MalformedItem
 from leaseworker.lease.results import Acquired, AcquireResult, Lost, Malformed
-from leaseworker.lease.vocabulary import INDEX_BY_OWNER, SESSION_HELD
+from leaseworker.lease.vocabulary import SESSION_HELD
 from leaseworker.settings import Settings
 
 if TYPE_CHECKING:
@@ -59,22 +60,6 @@ _FREE_WITH_SEQ = (
     "SET lease_expires_at_ms = :zero, updated_at_ms = :now, last_seq = :resume REMOVE lease_owner"
 )
 _FREE_WITH_SEQ_AND_CURSOR = _FREE_WITH_SEQ.replace(" REMOVE ", ", #cursor = :cursor REMOVE ")
-_OWNED_PROJECTION = "connection_id, lease_owner, lease_epoch, last_seq, lease_expires_at_ms, desired_state"
-
-
-@dataclass(frozen=True, slots=True)
-class OwnedConnection:
-    connection_id: str
-    epoch: int
-    last_seq: int
-    session_held: bool  # False: a connection-mode lease (claimable only on a confirmed fence)
-    started: bool
-    expires_at_ms: int  # as read: a free_for is conditioned on it
-
-    def lapsed(self, now_ms: int, settings: Settings) -> bool:
-        """A connection-mode lease that has expired by the acquire rule (`model.is_expired`): its
-        holder delivers nothing more, fenced or not."""
-        return not self.session_held and is_expired(self.expires_at_ms, now_ms, settings)
 
 
 class SessionHeldStore:
@@ -83,6 +68,7 @@ class SessionHeldStore:
         self._settings = settings
         self._table = settings.table_name
         self._call_timeout = call_timeout
+        self._reads = HeldReads(client, settings, call_timeout=call_timeout)
         self._leases = ConnectionStore(client, settings, call_timeout=call_timeout)
 
     async def claim_free(self, connection_id: str, me: str, *, valid_until: float) -> AcquireResult:
@@ -152,54 +138,10 @@ class SessionHeldStore:
         )
 
     async def owner_ids(self, worker: str) -> list[str]:
-        """The ids the `by-owner` index lists for `worker` (KEYS_ONLY, eventually consistent:
-        0.5 read unit per 4 KB of index entries, about 50 bytes each)."""
-        ids: list[str] = []
-        start_key: dict[str, Any] | None = None
-        while True:
-            kwargs: dict[str, Any] = {
-                "TableName": self._table,
-                "IndexName": INDEX_BY_OWNER,
-                "KeyConditionExpression": "lease_owner = :owner",
-                "ExpressionAttributeValues": {":owner": {"S": worker}},
-            }
-            if start_key:
-                kwargs["ExclusiveStartKey"] = start_key
-            response = await call_with_deadline(self._client.query(**kwargs), self._call_timeout)
-            ids.extend(item["connection_id"]["S"] for item in response.get("Items", []))
-            start_key = response.get("LastEvaluatedKey")
-            if not start_key:
-                break
-        return ids
+        return await self._reads.owner_ids(worker)
 
     async def owned_by(self, worker: str) -> list[OwnedConnection]:
-        """The connections `worker` holds: one `by-owner` query, then reads of those items.
-
-        The index is KEYS_ONLY, so it gives ids, not epochs; the BatchGetItem (0.5 read unit per
-        item) also checks the index was not stale (the owner must still be `worker`).
-        """
-        ids = await self.owner_ids(worker)
-        items = await batch_get_items(
-            self._client,
-            self._table,
-            [{"connection_id": {"S": cid}} for cid in ids],
-            timeout=self._call_timeout,
-            consistent=True,
-            projection=_OWNED_PROJECTION,
-        )
-        owned = [
-            OwnedConnection(
-                connection_id=text(item, "connection_id") or "",
-                epoch=number(item, "lease_epoch"),
-                last_seq=number(item, "last_seq", NO_CHECKPOINT),
-                session_held=number(item, "lease_expires_at_ms") == SESSION_HELD,
-                started=text(item, "desired_state") == STARTED,
-                expires_at_ms=number(item, "lease_expires_at_ms"),
-            )
-            for item in items
-            if text(item, "lease_owner") == worker
-        ]
-        return sorted(owned, key=lambda c: c.connection_id)
+        return await self._reads.owned_by(worker)
 
     async def free_for(
         self, connection: OwnedConnection, *, dead: str, resume_seq: int, resume_cursor: str | None = None

@@ -29,7 +29,8 @@ from leaseworker.clock import monotonic
 from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.dynamodb import now_ms
 from leaseworker.lease.errors import AcquireUncertain, StoreError
-from leaseworker.lease.held_store import OwnedConnection, SessionHeldStore
+from leaseworker.lease.held_reads import OwnedConnection
+from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.model import NO_CHECKPOINT, ConnectionItem, Lease, local_deadline, renewal_timeout
 from leaseworker.lease.results import Acquired, AcquireResult, Renewed, RenewResult, Stopped
 from leaseworker.settings import LeaseMode, Settings

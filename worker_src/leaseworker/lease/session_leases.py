@@ -22,7 +22,8 @@ from leaseworker.lease.attribute_values import PURGE_AFTER_SECONDS
 from leaseworker.lease.checkpoint_store import CheckpointStore
 from leaseworker.lease.connection_store import ConnectionStore
 from leaseworker.lease.errors import AcquireUncertain, StoreError
-from leaseworker.lease.held_store import OwnedConnection, SessionHeldStore
+from leaseworker.lease.held_reads import OwnedConnection
+from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.liveness import SessionValidity
 from leaseworker.lease.model import (
     HAND_BACK_REASONS,

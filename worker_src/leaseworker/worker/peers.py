@@ -28,7 +28,8 @@ from leaseworker.lease.balance import PeerLoad
 from leaseworker.lease.checkpoint_store import CheckpointStore, resume_seq
 from leaseworker.lease.dynamodb import now_ms
 from leaseworker.lease.errors import StoreError
-from leaseworker.lease.held_store import OwnedConnection, SessionHeldStore
+from leaseworker.lease.held_reads import OwnedConnection
+from leaseworker.lease.held_store import SessionHeldStore
 from leaseworker.lease.liveness import (
     CONFIRMED,
     SUSPECTED,
