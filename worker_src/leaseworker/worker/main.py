@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, TextIO
@@ -163,7 +162,7 @@ async def run_worker(settings: Settings) -> None:
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in early_stop.STOP_SIGNALS:  # the same signals the child held while importing
         loop.add_signal_handler(signum, stop.set)  # the handler only sets an Event
     configure_logging(os.environ.get("LOG_LEVEL", "INFO"))
     if early_stop.requested():  # while the child was importing this (early_stop.py): nothing to hand over
