@@ -103,7 +103,7 @@ class Hints:
         owned = self._registry.owned.get(connection_id)
         if owned is None:
             if self._stop.is_set():
-                await self._relay.pass_on(connection_id, handoff=hint.handoff)
+                await self._relay.forward(connection_id, handoff=hint.handoff)
                 return
             if hint.handoff and self._acquirer.capacity(over_share=True) > 0:
                 await self._acquirer.claim(connection_id, over_share=True)
@@ -140,7 +140,7 @@ class Hints:
             # Our own release's hint, read (by a peer's poll or our own last one) before the send
             # returned and the entry left the registry: pass it on. Dropped here, the connection
             # waited for a reconcile (seen: 7 of 120 handoffs at 0.8-2.8 s, bench/handoff_trace.py).
-            await self._relay.pass_on(connection_id, handoff=hint.handoff)
+            await self._relay.forward(connection_id, handoff=hint.handoff)
             return
         if item is None or item.lease_epoch != session.lease.epoch or item.lease_owner != session.lease.owner:
             session.lose("connection removed or taken over")

@@ -6,12 +6,23 @@ would take over but cannot) re-sends the hint, so that a peer with room hears of
 of at its next listing or reconcile. Each worker passes a given connection on at most
 PASS_ON_LIMIT times per PASS_ON_WINDOW_SECONDS, so a fleet with no room at all stops bouncing it
 (reconcile and the peer listing remain the backstop).
+
+A hint this worker must not act on at all (it is leaving, or the hint announces its own release)
+is `forward`ed without that bound: it says nothing about room, and the bound, spent on the same
+connection's plain hints moments before, dropped it (the fault suite: a connection shed by
+rebalance bounced between full workers, was claimed, and its owner's SIGTERM release hint, read
+by its own last poll, was dropped there; the handoff waited 1.6 s for a reconcile, against L2's
+1.5 s). It cannot loop: a leaving worker reads one last batch, and a release is "our own" only
+while its entry settles.
 """
 
 from __future__ import annotations
 
 from leaseworker.clock import monotonic
 from leaseworker.notify import Notifier
+from leaseworker.observability.logging import get_logger
+
+logger = get_logger(__name__)
 
 PASS_ON_LIMIT = 3  # re-sends of one hint by one worker per window
 PASS_ON_WINDOW_SECONDS = 10.0
@@ -30,6 +41,7 @@ class HintRelay:
         recent = [t for t in self._passed_on.get(connection_id, []) if now - t < PASS_ON_WINDOW_SECONDS]
         if len(recent) >= PASS_ON_LIMIT:
             self._passed_on[connection_id] = recent
+            logger.debug("hint not passed on: bound reached", connection_id=connection_id, handoff=handoff)
             return False
         self._passed_on[connection_id] = [*recent, now]
         if len(self._passed_on) > PASS_ON_MEMORY:
@@ -38,3 +50,7 @@ class HintRelay:
             }
         await self._notifier.connection_changed(connection_id, handoff=handoff)
         return True
+
+    async def forward(self, connection_id: str, *, handoff: bool = False) -> None:
+        """Re-send a hint this worker must not act on (above), without the bound."""
+        await self._notifier.connection_changed(connection_id, handoff=handoff)
