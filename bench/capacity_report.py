@@ -23,7 +23,18 @@ def _verdict(ok: bool) -> str:
     return "**met**" if ok else "**missed**"
 
 
-def p5_section(results: dict[str, Any]) -> list[str]:
+def _p5_previous(previous: dict[str, Any] | None) -> dict[tuple[str, int, float], float]:
+    if not previous:
+        return {}
+    return {
+        (sink, step["connections"], step["offered_msgs_per_s"] / step["connections"]): step["msgs_per_cpu_s"]
+        for sink, ramp in previous["value"]["sinks"].items()
+        for step in [*ramp["steps"], ramp["dense"]]
+    }
+
+
+def p5_section(results: dict[str, Any], previous: dict[str, Any] | None = None) -> list[str]:
+    """`previous`: the previous run's {"date", "value"} (its msgs/s per core go in the last column)."""
     config = results["config"]
     lines = [
         "## P5: one worker process (connections, msgs/s per core, RSS per connection)",
@@ -35,9 +46,11 @@ def p5_section(results: dict[str, Any]) -> list[str]:
         "CPU seconds (utime + stime); the feed and DynamoDB Local share the 2 cores.",
         "",
         "| sink | connections × msg/s | held | worker RSS (MB) | KB/conn (total) | KB/conn (marginal) "
-        "| msgs/s offered | msgs/s wall | worker cores | msgs/s per core | feed cores | bottleneck |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| msgs/s offered | msgs/s wall | worker cores | msgs/s per core | feed cores | bottleneck "
+        "| msgs/s per core, previous run |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
+    before = _p5_previous(previous)
     for sink, ramp in results["sinks"].items():
         for step in [*ramp["steps"], ramp["dense"]]:
             rate = step["offered_msgs_per_s"] / step["connections"]
@@ -46,7 +59,8 @@ def p5_section(results: dict[str, Any]) -> list[str]:
                 f"| {step['rss_bytes'] / 2**20:.1f} | {_kb(step['kb_per_connection'])} "
                 f"| {_kb(step['marginal_kb_per_connection'])} | {_n(step['offered_msgs_per_s'])} "
                 f"| {_n(step['msgs_per_s_wall'])} | {step['cores']['worker']:.2f} "
-                f"| {_n(step['msgs_per_cpu_s'])} | {step['cores']['feed']:.2f} | {step['bottleneck']} |"
+                f"| {_n(step['msgs_per_cpu_s'])} | {step['cores']['feed']:.2f} | {step['bottleneck']} "
+                f"| {_n(before[key]) if (key := (sink, step['connections'], rate)) in before else '—'} |"
             )
     lines.append("")
     for sink, ramp in results["sinks"].items():
@@ -54,6 +68,8 @@ def p5_section(results: dict[str, Any]) -> list[str]:
             f"- {sink} sink: worker RSS at 0 connections {ramp['baseline_rss_bytes'] / 2**20:.1f} MB; "
             f"supervisor RSS {ramp['supervisor_rss_bytes'] / 2**20:.1f} MB (not in the table)."
         )
+    if previous:
+        lines.append(f"- Previous run: {previous['date']}.")
     lines += ["", *p5_targets(results)]
     return lines
 
@@ -94,7 +110,8 @@ def _s(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f}"
 
 
-def p6_section(results: dict[str, Any]) -> list[str]:
+def p6_section(results: dict[str, Any], previous: dict[str, Any] | None = None) -> list[str]:
+    """`previous`: the previous run's {"date", "value"} (its "all at once" goes in the last column)."""
     ceiling = results["ceiling_writes_per_s"]
     lines = [
         f"## P6: cold start of {_n(results['config']['connections'])} new connections",
@@ -105,9 +122,13 @@ def p6_section(results: dict[str, Any]) -> list[str]:
         "",
         "| mode | workers | MAX_CONNECTIONS | to own | ids subscribed | most at once | subscribes "
         "| first (s) | p50 (s) | p90 (s) | all at once (s) | claims/s | claims/s after the first "
-        "| ideal (s) | vs ideal |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| ideal (s) | vs ideal | all at once (s), previous run |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    before = {
+        (row["lease_mode"], row["workers"]): row["all_s"]
+        for row in (previous or {}).get("value", {}).get("rows", [])
+    }
     for row in results["rows"]:
         rate, after, ratio = row["claims_per_s"], row["claims_per_s_after_first"], row["vs_ideal"]
         lines.append(
@@ -116,7 +137,8 @@ def p6_section(results: dict[str, Any]) -> list[str]:
             f"| {_n(row.get('subscribes', 0))} | {_s(row['first_subscribe_s'])} "
             f"| {_s(row['p50_s'])} | {_s(row['p90_s'])} | {_s(row['all_s'])} "
             f"| {'—' if rate is None else _n(rate)} | {'—' if after is None else _n(after)} "
-            f"| {row['ideal_s']:.1f} | {'—' if ratio is None else f'{ratio:.2f}x'} |"
+            f"| {row['ideal_s']:.1f} | {'—' if ratio is None else f'{ratio:.2f}x'} "
+            f"| {_s(before.get((row['lease_mode'], row['workers'])))} |"
         )
     lines.append("")
     for row in results["rows"]:
@@ -135,4 +157,6 @@ def p6_section(results: dict[str, Any]) -> list[str]:
                 f"MAX_CONNECTIONS at {_n(row['max_connections'])} (one checkpoint item)"
             )
         lines.append(f"- {what}.")
+    if previous:
+        lines.append(f"- Previous run: {previous['date']}.")
     return lines

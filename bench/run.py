@@ -4,10 +4,14 @@
 .venv/bin/python -m bench.run --mode full
 .venv/bin/python -m bench.run --mode full --parts simulator   # one part; the others are kept
 
-Parts: `designs` (P1-P4, P7 on real fleets), `p5` (one process's capacity), `p6` (cold start),
-`simulator` (the real workers of 10,000 connections and 10 workers, in virtual time), `p8` (generic/1 against
-seqfeed/1 in one worker process). A run of some parts keeps
-the others' results from <out>/results.json, so the report always shows every part.
+Parts: `designs` (P1-P4, P7 on real fleets), `p5` (one process's capacity), `p6` (cold start, each
+row against its measured write ceiling), `simulator` (the real workers of 10,000 connections and 10
+workers, in virtual time), `p8` (generic/1 against seqfeed/1 in one worker process), and issue 25's:
+`p2` (a graceful handoff traced at production timings), `host_loss` (session mode's lease path at
+production timings, the defaults and 6 / 2), `p5_limit` (the delivery path beside a bare websockets
+loop). A run of some parts keeps the others' results from <out>/results.json, so the report always
+shows every part; the value a part replaces is kept under `previous` (bench/previous.py), and the
+report shows it beside the new figure.
 """
 
 from __future__ import annotations
@@ -93,10 +97,66 @@ def _finite(value: Any) -> Any:
     return value
 
 
-PARTS = ("designs", "p5", "p6", "simulator", "p8")
+PARTS = ("designs", "p5", "p6", "simulator", "p8", "p2", "host_loss", "p5_limit")
 # The simulator's size per bench mode: its full size takes minutes of CPU, not of waiting.
 SIMULATOR_SIZE = {"quick": "tiny", "full": "full", "tiny": "tiny", "smoke": "tiny"}
 CAPACITY_MODE = {"quick": "quick", "full": "full", "tiny": "tiny", "smoke": "tiny"}
+# bench/handoff_trace.py per bench mode: (connections, workers, SIGTERM rounds); full = issue 25's runs.
+HANDOFF_SIZE = {"tiny": (8, 2, 1), "smoke": (8, 2, 1), "quick": (40, 4, 2), "full": (80, 4, 3)}
+HANDOFF_RATE = 5.0
+
+
+def _code() -> str:
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    )
+    return done.stdout.strip() or "this checkout"
+
+
+def run_p2(mode: str) -> dict[str, Any]:
+    """The `p2` part: one handoff_trace run, its per-connection step differences summarised."""
+    from bench import handoff_trace
+    from bench.handoff_report import derive
+
+    connections, workers, rounds = HANDOFF_SIZE[mode]
+    out = handoff_trace.run(
+        connections=connections, workers=workers, rounds=rounds, rate=HANDOFF_RATE, mode="session", keep=None
+    )
+    steps = {f"{i}/{cid}": s for i, r in enumerate(out["rounds"]) for cid, s in r["steps"].items()}
+    now = datetime.datetime.now(datetime.UTC).strftime("%H:%M")
+    run = {
+        "label": now,
+        "code": f"this run ({_code()})",
+        "final": True,
+        "p2_ms": out["p2_ms"],
+        "invariants_ok": out["invariants_ok"],
+        "rounds": [{"victim": r["victim"], "summary": r["summary"]} for r in out["rounds"]],
+        "derived": derive(steps),
+    }
+    config = {"connections": connections, "workers": workers, "rounds": rounds, "rate": HANDOFF_RATE}
+    return {"config": config, "runs": [run]}
+
+
+def run_host_loss(mode: str) -> dict[str, Any]:
+    """The `host_loss` part: both settings of bench/host_loss.py on a fleet of the mode's size."""
+    from bench import host_loss
+
+    config = CONFIGS[mode]
+    rows = [host_loss.measure(host_loss.SETTINGS[name], config) for name in ("default", "fast")]
+    size = {"workers": config.workers, "connections": config.connections, "kills": config.kills}
+    return {"config": size, "rows": rows}
+
+
+def run_p5_limit(mode: str) -> dict[str, Any]:
+    """The `p5_limit` part: bench/delivery.py's bare loop and worker (and uvloop where installed)."""
+    import importlib.util
+
+    from bench import delivery
+
+    variants = [delivery.Variant("bare", "bare"), delivery.Variant("worker", "worker")]
+    if importlib.util.find_spec("uvloop") is not None:
+        variants.append(delivery.Variant("worker + uvloop", "worker", loop="uvloop"))
+    return delivery.run(CAPACITY_MODE[mode], variants, 10.0)
 
 
 def run_parts(
@@ -108,26 +168,41 @@ def run_parts(
     out: Path,
     keep: Path | None,
 ) -> dict[str, Any]:
-    results = dict(previous)
+    from bench import previous as kept
+
+    results = kept.seed(dict(previous), out)
     if "designs" in parts:
+        kept.keep(results, "designs")
         results |= run(CONFIGS[mode], designs, keep=keep)
-    if "p5" in parts:
+    for part in parts:
+        if part == "designs":
+            continue
+        kept.keep(results, part)
+        value = _run_part(part, mode, out)
+        stamp = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "mode": mode}
+        results[part] = value | stamp if isinstance(value, dict) else value
+    return results
+
+
+def _run_part(part: str, mode: str, out: Path) -> Any:
+    if part == "p5":
         from bench import process_capacity
 
-        results["p5"] = process_capacity.run(CAPACITY_MODE[mode])
-    if "p6" in parts:
+        return process_capacity.run(CAPACITY_MODE[mode])
+    if part == "p6":
         from bench import cold_start
 
-        results["p6"] = cold_start.run(CAPACITY_MODE[mode])
-    if "simulator" in parts:
+        return cold_start.run(CAPACITY_MODE[mode])  # full: its 9-worker session row is issue 25's target
+    if part == "simulator":
         from bench.simulator.__main__ import run as simulate
 
-        results["simulator"] = simulate(SIMULATOR_SIZE[mode], out)
-    if "p8" in parts:
+        return simulate(SIMULATOR_SIZE[mode], out)
+    if part == "p8":
         from bench import generic_vs_seqfeed
 
-        results["p8"] = generic_vs_seqfeed.run(CAPACITY_MODE[mode])
-    return results
+        return generic_vs_seqfeed.run(CAPACITY_MODE[mode])
+    runners = {"p2": run_p2, "host_loss": run_host_loss, "p5_limit": run_p5_limit}
+    return runners[part](mode)
 
 
 def main() -> None:
@@ -146,7 +221,9 @@ def main() -> None:
     saved = args.out / "results.json"
     previous: dict[str, Any] = json.loads(saved.read_text()) if saved.exists() else {}
     if args.report_only:
-        results = previous
+        from bench.previous import seed
+
+        results = seed(previous, args.out)  # in memory only: results.json is not written
     else:
         parts = [part for part in args.parts.split(",") if part]
         unknown = sorted(set(parts) - set(PARTS))
