@@ -28,6 +28,22 @@ NOTES: list[str] = [
 ]
 
 NOT_DONE: list[str] = [
+    "- The run of 2026-12-08 (parts designs, p2, host_loss, p5_limit and p6; p5, p8 and the "
+    "simulator are earlier runs) was made on a machine about twice as slow as on 2026-12-04/05: "
+    "DynamoDB Local's measured write ceiling is 385-480 writes/s (716 on 2026-12-05), and the bare "
+    "websockets loop does 21,380 msgs/s per core dense (31,443 on 2026-12-06). The code of "
+    "2026-12-05 measured as slow as today's on that machine (P2, 2026-12-07 A/B: p50 439 against "
+    "479 ms), so the slower rows are the machine's. Read the ratios (vs bare, vs seed, vs ceiling) "
+    "rather than the absolute figures. Reads per worker per heartbeat now grow with the connections a "
+    "worker holds (3.55 RRU at 100, 4.06 at 2,000; 3.49 at both before): the anti-entropy audit "
+    "(worker/audit.py: one Query of the worker's own by-owner partition every 6 heartbeats) and the "
+    "fleet's absent-owner sweep (worker/absent_owners.py: one Scan of by-owner per 3 L for the whole "
+    "fleet), both safety nets added since 2026-12-04 so that session mode never strands a "
+    "connection. At 2,000 connections on 4 workers they cost about 0.5 RRU per worker per heartbeat, "
+    "about $0.13 a month. P6's 9-worker session row took 116.9 s (43.3-49.5 s on 2026-12-05) with "
+    "13.8 ms of worker CPU per claim (4.2): more than the machine's factor of 2, and not traced yet; "
+    "connection mode at 3 workers never held all 10,000 at once, as 10,000 renewals every 5 s need "
+    "2,000 writes/s against a ceiling of 476.",
     "- P5 (full run of 2026-12-04 18:00, after the hot-path change: no timer per write for sinks "
     "that never suspend; the evening's coordination changes do not touch the delivery path, and "
     "P5 was not rerun after them): one process now holds all 10,000 connections (6,066-6,287 in the "
