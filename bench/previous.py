@@ -137,8 +137,10 @@ def _strip(value: Any) -> Any:
     return value
 
 
-def keep(results: dict[str, Any], key: str) -> None:
-    """Before `key` is overwritten: its current value becomes the previous run's (one level)."""
+def keep(results: dict[str, Any], key: str, *, run_date: str | None = None) -> None:
+    """Before `key` is overwritten: its current value becomes the previous run's (one level).
+    `run_date`: the date results.json had before this invocation, for a part's value that carries
+    no date of its own (results["date"] may already be this run's, if `designs` ran first)."""
     previous = results.setdefault("previous", {})
     if key == "designs":
         if "designs" in results:
@@ -149,7 +151,7 @@ def keep(results: dict[str, Any], key: str) -> None:
         return
     value = _strip(results[key])
     date = value.get("date") if isinstance(value, dict) else None
-    previous[key] = {"date": date or results.get("date"), "value": value}
+    previous[key] = {"date": date or run_date or results.get("date"), "value": value}
 
 
 def of(results: dict[str, Any], key: str) -> dict[str, Any] | None:

@@ -171,13 +171,14 @@ def run_parts(
     from bench import previous as kept
 
     results = kept.seed(dict(previous), out)
+    run_date = results.get("date")  # the date of the run the parts' undated values came from
     if "designs" in parts:
         kept.keep(results, "designs")
         results |= run(CONFIGS[mode], designs, keep=keep)
     for part in parts:
         if part == "designs":
             continue
-        kept.keep(results, part)
+        kept.keep(results, part, run_date=run_date)
         value = _run_part(part, mode, out)
         stamp = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "mode": mode}
         results[part] = value | stamp if isinstance(value, dict) else value
