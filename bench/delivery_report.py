@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from bench.delivery import TARGET_RATIO
+from bench.previous import shown
 
 LABELS: Final = {
     "bare": "bare websockets loop (the limit)",
@@ -64,12 +65,10 @@ def _pct(new: float, old: float) -> str:
 def section(result: dict[str, Any] | None, previous: dict[str, Any] | None) -> list[str]:
     """`result`: the `p5_limit` part's value (None: only the previous run is known);
     `previous`: {"date", "value"}."""
-    if result is not None:
-        main, date, older = result, str(result.get("date", ""))[:10], previous
-    elif previous is not None:
-        main, date, older = previous["value"], str(previous["date"]), None
-    else:
+    chosen = shown(result, previous)
+    if chosen is None:
         return []
+    main, date, older = chosen
     config, medians = main["config"], main["medians"]
     lines = [
         f"### P5 against its limit: the delivery path beside a bare websockets loop (issue 25, {date})",

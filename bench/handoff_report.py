@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from bench.failover import percentile
+from bench.previous import shown
 
 GOAL_P99_MS: Final = 250.0
 
@@ -55,12 +56,10 @@ def verdict(runs: list[dict[str, Any]]) -> str:
 def section(result: dict[str, Any] | None, previous: dict[str, Any] | None) -> list[str]:
     """`result`: the `p2` part's value (None: only the previous run is known);
     `previous`: {"date", "value"}."""
-    if result is not None:
-        main, main_date, older = result, str(result.get("date", ""))[:10], previous
-    elif previous is not None:
-        main, main_date, older = previous["value"], str(previous["date"]), None
-    else:
+    chosen = shown(result, previous)
+    if chosen is None:
         return []
+    main, main_date, older = chosen
     config = main["config"]
     lines = [
         f"### P2 at production timings, traced (issue 25, {main_date})",

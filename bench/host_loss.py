@@ -24,6 +24,7 @@ from typing import Any, Final
 from bench.designs import SESSION, Design
 from bench.fleet_run import FULL, Config, run_design
 from bench.model import totals
+from bench.previous import shown
 
 SETTINGS: Final = {
     "default": replace(
@@ -96,12 +97,10 @@ def _ratio(value: Any, goal: float) -> str:
 
 def section(result: dict[str, Any] | None, previous: dict[str, Any] | None) -> list[str]:
     """docs/benchmarks.md's host-loss section from the `host_loss` part; `previous`: {"date", "value"}."""
-    if result is not None:
-        main, date, older = result, str(result.get("date", ""))[:10], previous
-    elif previous is not None:
-        main, date, older = previous["value"], str(previous["date"]), None
-    else:
+    chosen = shown(result, previous)
+    if chosen is None:
         return []
+    main, date, older = chosen
     before = {row["lease_s"]: row for row in older["value"]["rows"]} if older else {}
     size = main.get("config", {"workers": 4, "connections": 80, "kills": 3})
     lines = [

@@ -158,3 +158,15 @@ def of(results: dict[str, Any], key: str) -> dict[str, Any] | None:
     """The previous run's {"date", "value"} for `key`, if any."""
     found = (results.get("previous") or {}).get(key)
     return found if isinstance(found, dict) else None
+
+
+def shown(
+    result: dict[str, Any] | None, previous: dict[str, Any] | None
+) -> tuple[dict[str, Any], str, dict[str, Any] | None] | None:
+    """What a section shows: (its main value, that value's date, the previous run to set beside
+    it). This run's value if there is one, else the previous run's alone; None if neither."""
+    if result is not None:
+        return result, str(result.get("date", ""))[:10], previous
+    if previous is not None:
+        return previous["value"], str(previous["date"]), None
+    return None
